@@ -1,0 +1,96 @@
+"""Building blocks of the YOLOv5 v6+ architecture."""
+
+import torch
+from torch import nn
+
+
+def autopad(kernel: int, padding: int | None = None) -> int:
+    """Padding that keeps the spatial size for odd kernels at stride 1."""
+    return kernel // 2 if padding is None else padding
+
+
+class Conv(nn.Module):
+    """Conv2d (no bias) + BatchNorm2d + SiLU; the BN folds into the conv for inference."""
+
+    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, p: int | None = None, g: int = 1, act: bool = True):
+        super().__init__()
+        self.conv = nn.Conv2d(c1, c2, k, s, autopad(k, p), groups=g, bias=False)
+        self.bn = nn.BatchNorm2d(c2, eps=1e-3, momentum=0.03)
+        self.act = nn.SiLU(inplace=True) if act else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.conv(x))
+
+    def fuse(self) -> None:
+        """Fold the BatchNorm statistics into the convolution weights and bias."""
+        conv, bn = self.conv, self.bn
+        fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                          groups=conv.groups, bias=True).to(conv.weight.device)
+        scale = bn.weight.detach() / torch.sqrt(bn.running_var + bn.eps)
+        fused.weight.data.copy_(conv.weight.detach() * scale.view(-1, 1, 1, 1))
+        fused.bias.data.copy_(bn.bias.detach() - bn.running_mean * scale)
+        fused.requires_grad_(False)
+        self.conv = fused
+        del self.bn
+        self.forward = self.forward_fused
+
+
+class Bottleneck(nn.Module):
+    """1x1 then 3x3 convolution, with a residual connection when shapes allow."""
+
+    def __init__(self, c1: int, c2: int, shortcut: bool = True, g: int = 1, e: float = 0.5):
+        super().__init__()
+        hidden = int(c2 * e)
+        self.cv1 = Conv(c1, hidden, 1, 1)
+        self.cv2 = Conv(hidden, c2, 3, 1, g=g)
+        self.add = shortcut and c1 == c2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.cv2(self.cv1(x))
+        return x + y if self.add else y
+
+
+class C3(nn.Module):
+    """CSP block with three convolutions: a bottleneck branch and a shortcut branch, concatenated."""
+
+    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = True, g: int = 1, e: float = 0.5):
+        super().__init__()
+        hidden = int(c2 * e)
+        self.cv1 = Conv(c1, hidden, 1, 1)
+        self.cv2 = Conv(c1, hidden, 1, 1)
+        self.cv3 = Conv(2 * hidden, c2, 1)
+        self.m = nn.Sequential(*(Bottleneck(hidden, hidden, shortcut, g, e=1.0) for _ in range(n)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cv3(torch.cat((self.m(self.cv1(x)), self.cv2(x)), 1))
+
+
+class SPPF(nn.Module):
+    """Spatial pyramid pooling, fast: three chained max-pools equal pools of size k, 2k-1 and 3k-2."""
+
+    def __init__(self, c1: int, c2: int, k: int = 5):
+        super().__init__()
+        hidden = c1 // 2
+        self.cv1 = Conv(c1, hidden, 1, 1)
+        self.cv2 = Conv(hidden * 4, c2, 1, 1)
+        self.m = nn.MaxPool2d(kernel_size=k, stride=1, padding=k // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.cv1(x)
+        y1 = self.m(x)
+        y2 = self.m(y1)
+        return self.cv2(torch.cat((x, y1, y2, self.m(y2)), 1))
+
+
+class Concat(nn.Module):
+    """Concatenate a list of tensors along one dimension."""
+
+    def __init__(self, dimension: int = 1):
+        super().__init__()
+        self.d = dimension
+
+    def forward(self, x: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(x, self.d)

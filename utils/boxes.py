@@ -1,0 +1,129 @@
+"""Box formats, rescaling between letterboxed and original images, and non-maximum suppression."""
+
+import numpy as np
+import torch
+import torchvision
+
+Array = torch.Tensor | np.ndarray
+
+
+def _empty_like(x: Array) -> Array:
+    return x.clone() if isinstance(x, torch.Tensor) else np.copy(x)
+
+
+def xyxy2xywh(x: Array) -> Array:
+    """Corners (x1, y1, x2, y2) to centre, width, height."""
+    y = _empty_like(x)
+    y[..., 0] = (x[..., 0] + x[..., 2]) / 2
+    y[..., 1] = (x[..., 1] + x[..., 3]) / 2
+    y[..., 2] = x[..., 2] - x[..., 0]
+    y[..., 3] = x[..., 3] - x[..., 1]
+    return y
+
+
+def xywh2xyxy(x: Array) -> Array:
+    """Centre, width, height to corners (x1, y1, x2, y2)."""
+    y = _empty_like(x)
+    half_w, half_h = x[..., 2] / 2, x[..., 3] / 2
+    y[..., 0] = x[..., 0] - half_w
+    y[..., 1] = x[..., 1] - half_h
+    y[..., 2] = x[..., 0] + half_w
+    y[..., 3] = x[..., 1] + half_h
+    return y
+
+
+def xywhn2xyxy(x: Array, w: float, h: float, padw: float = 0.0, padh: float = 0.0) -> Array:
+    """Normalised centre/size to pixel corners, shifted by a padding offset."""
+    y = xywh2xyxy(x)
+    y[..., [0, 2]] = y[..., [0, 2]] * w + padw
+    y[..., [1, 3]] = y[..., [1, 3]] * h + padh
+    return y
+
+
+def xyxy2xywhn(x: Array, w: float, h: float, clip: bool = False) -> Array:
+    """Pixel corners to centre/size normalised by the image width and height."""
+    if clip:
+        x = clip_boxes(_empty_like(x), (h, w))
+    y = xyxy2xywh(x)
+    y[..., [0, 2]] /= w
+    y[..., [1, 3]] /= h
+    return y
+
+
+def clip_boxes(boxes: Array, shape: tuple[int, int]) -> Array:
+    """Clip corner boxes in place to an image of shape (height, width); returns them."""
+    h, w = shape[:2]
+    if isinstance(boxes, torch.Tensor):
+        boxes[..., [0, 2]] = boxes[..., [0, 2]].clamp(0, w)
+        boxes[..., [1, 3]] = boxes[..., [1, 3]].clamp(0, h)
+    else:
+        boxes[..., [0, 2]] = boxes[..., [0, 2]].clip(0, w)
+        boxes[..., [1, 3]] = boxes[..., [1, 3]].clip(0, h)
+    return boxes
+
+
+def scale_boxes(letterboxed_shape: tuple[int, int], boxes: Array, original_shape: tuple[int, int],
+                ratio_pad: tuple | None = None) -> Array:
+    """Map corner boxes in place from a letterboxed image back to the original (h, w) image; clip them."""
+    if ratio_pad is None:
+        gain = min(letterboxed_shape[0] / original_shape[0], letterboxed_shape[1] / original_shape[1])
+        pad_w = (letterboxed_shape[1] - original_shape[1] * gain) / 2
+        pad_h = (letterboxed_shape[0] - original_shape[0] * gain) / 2
+    else:
+        gain = ratio_pad[0][0]
+        pad_w, pad_h = ratio_pad[1]
+    boxes[..., [0, 2]] -= pad_w
+    boxes[..., [1, 3]] -= pad_h
+    boxes[..., :4] /= gain
+    return clip_boxes(boxes, original_shape)
+
+
+def box_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
+    """Pairwise IoU of corner boxes, (N, M)."""
+    return torchvision.ops.box_iou(boxes1, boxes2)
+
+
+def non_max_suppression(
+    prediction: torch.Tensor,
+    conf_thres: float = 0.25,
+    iou_thres: float = 0.45,
+    classes: list[int] | None = None,
+    agnostic: bool = False,
+    multi_label: bool = False,
+    max_det: int = 300,
+    max_nms: int = 30000,
+) -> list[torch.Tensor]:
+    """Filter raw predictions (B, N, 5 + nc) into per-image (n, 6) tensors: x1, y1, x2, y2, conf, class.
+
+    conf = objectness x class score. multi_label keeps every class above conf_thres for a box
+    (used for mAP); otherwise only the best class. NMS is torchvision's, per class unless agnostic.
+    """
+    if isinstance(prediction, (list, tuple)):
+        prediction = prediction[0]  # eval-mode models return (decoded, raw maps)
+    nc = prediction.shape[2] - 5
+    multi_label &= nc > 1
+    candidates = prediction[..., 4] > conf_thres
+    output = []
+    for image_pred, keep in zip(prediction, candidates):
+        x = image_pred[keep].float()
+        if not x.shape[0]:
+            output.append(torch.zeros((0, 6), device=prediction.device))
+            continue
+        scores = x[:, 5:] * x[:, 4:5]
+        box = xywh2xyxy(x[:, :4])
+        if multi_label:
+            i, j = (scores > conf_thres).nonzero(as_tuple=True)
+            det = torch.cat((box[i], scores[i, j, None], j[:, None].float()), 1)
+        else:
+            conf, j = scores.max(1, keepdim=True)
+            det = torch.cat((box, conf, j.float()), 1)[conf.view(-1) > conf_thres]
+        if classes is not None:
+            det = det[(det[:, 5:6] == torch.tensor(classes, device=det.device)).any(1)]
+        if det.shape[0] > max_nms:
+            det = det[det[:, 4].argsort(descending=True)[:max_nms]]
+        if agnostic:
+            kept = torchvision.ops.nms(det[:, :4], det[:, 4], iou_thres)
+        else:
+            kept = torchvision.ops.batched_nms(det[:, :4], det[:, 4], det[:, 5].long(), iou_thres)
+        output.append(det[kept[:max_det]])
+    return output

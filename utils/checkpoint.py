@@ -1,0 +1,190 @@
+"""Checkpoints as data: save our own (tensors and plain containers) and import official YOLOv5 files safely.
+
+Our files load with ``torch.load(path, weights_only=True)``. Official YOLOv5 files pickle whole
+``models.yolo.Model`` modules; we read them with torch's weights-only unpickler, mapping each class
+the file names to an inert record, so nothing named in the file is imported or executed.
+"""
+
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from models.yolo import Model
+
+FORMAT = "yolo-checkpoint-v1"
+
+# Globals an official YOLOv5 checkpoint may name. They are never imported: each becomes a _Record.
+_SAFE_PREFIXES = ("models.", "torch.nn.modules.", "utils.")
+_SAFE_NAMES = {
+    "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar",
+    "numpy.ndarray", "numpy.dtype", "argparse.Namespace", "pathlib.PosixPath", "pathlib.WindowsPath",
+}
+_SAFE_PREFIXES_NUMPY = ("numpy.dtypes.",)
+
+
+class CheckpointError(Exception):
+    """A weights file that is missing, damaged, foreign or unsafe; the message is one line."""
+
+
+class _Record:
+    """Inert stand-in for a class named in a checkpoint: keeps its state, runs nothing."""
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        self._args = args
+
+    def __setstate__(self, state):
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self._state = state
+
+
+def _is_allowed(name: str) -> bool:
+    return name.startswith(_SAFE_PREFIXES + _SAFE_PREFIXES_NUMPY) or name in _SAFE_NAMES
+
+
+def _torch_load_safely(path: Path) -> object:
+    """torch.load with weights_only=True; classes from an official YOLOv5 pickle become _Records."""
+    try:
+        if zipfile.is_zipfile(path):
+            names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+        else:
+            names = []  # legacy format: the weights-only unpickler alone refuses any unknown global
+    except Exception as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e.__class__.__name__}: {e}") from None
+    refused = sorted(n for n in names if not _is_allowed(n))
+    if refused:
+        raise CheckpointError(
+            f"refusing to load {path}: it names {', '.join(refused)}, which a model checkpoint never needs "
+            "(nothing from the file was run)"
+        )
+    try:
+        with torch.serialization.safe_globals([(_Record, n) for n in names]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise CheckpointError(f"cannot load checkpoint {path} (truncated or not a checkpoint?): {first_line}") from None
+
+
+def _record_state_dict(record: _Record, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Rebuild a state_dict from a recorded nn.Module's _parameters, _buffers and _modules."""
+    state = record.__dict__
+    out = {}
+    for key, value in (state.get("_parameters") or {}).items():
+        if value is not None:
+            out[prefix + key] = value.detach()
+    transient = state.get("_non_persistent_buffers_set") or set()
+    for key, value in (state.get("_buffers") or {}).items():
+        if value is not None and key not in transient:
+            out[prefix + key] = value
+    for key, child in (state.get("_modules") or {}).items():
+        if isinstance(child, _Record):
+            out.update(_record_state_dict(child, f"{prefix}{key}."))
+    return out
+
+
+def _names_list(names, nc: int) -> list[str]:
+    if isinstance(names, dict):
+        names = [names[k] for k in sorted(names)]
+    if not names or len(names) != nc:
+        return [str(i) for i in range(nc)]
+    return [str(n) for n in names]
+
+
+def _from_official(ckpt: dict) -> dict:
+    """Convert an official YOLOv5 checkpoint dict (with a recorded Model) into our format."""
+    record = ckpt.get("ema") if isinstance(ckpt.get("ema"), _Record) else ckpt.get("model")
+    if not isinstance(record, _Record) or not isinstance(record.__dict__.get("yaml"), dict):
+        raise CheckpointError("checkpoint has no YOLOv5 model with a config")
+    cfg = record.__dict__["yaml"]
+    return {
+        "format": FORMAT,
+        "model": _record_state_dict(record),
+        "yaml": cfg,
+        "names": _names_list(record.__dict__.get("names"), cfg["nc"]),
+        "source": "yolov5",
+    }
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Load a checkpoint (ours or official YOLOv5) as a dict with 'model' (a state_dict), 'yaml' and 'names'."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"weights file not found: {path}")
+    ckpt = _torch_load_safely(path)
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path} is not a model checkpoint (it holds a {type(ckpt).__name__})")
+    if ckpt.get("format") == FORMAT:
+        return ckpt
+    if isinstance(ckpt.get("model"), _Record) or isinstance(ckpt.get("ema"), _Record):
+        return _from_official(ckpt)
+    raise CheckpointError(f"{path} is not a YOLO checkpoint (no model config inside)")
+
+
+def model_from_checkpoint(ckpt: dict) -> Model:
+    """Build a float32 Model from a loaded checkpoint dict and load its weights."""
+    try:
+        model = Model(ckpt["yaml"])
+    except (KeyError, ValueError, TypeError, IndexError) as e:
+        raise CheckpointError(f"checkpoint holds an unsupported model config: {e}") from None
+    state = {k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith("num_batches_tracked")]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint weights do not match its config: {len(missing)} missing (e.g. {missing[:2]}), "
+            f"{len(unexpected)} unexpected (e.g. {unexpected[:2]})"
+        )
+    model.names = list(ckpt["names"])
+    model.model[-1]._grids = {}
+    return model
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> Model:
+    """Load weights (ours or official YOLOv5 v6.0-v7.0) as an eval-mode float32 Model on device."""
+    model = model_from_checkpoint(load_checkpoint(path))
+    if fuse:
+        model.fuse()
+    return model.to(device).eval()
+
+
+def fp16_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with floating-point tensors in FP16 (half the size of float32), on the CPU."""
+    return {k: (v.half() if v.is_floating_point() else v).detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def checkpoint_dict(model: Model, **extra) -> dict:
+    """A checkpoint dict of our format: FP16 weights, config, class names and strides, plus extra fields."""
+    unwrapped = model.module if hasattr(model, "module") else model
+    return {
+        "format": FORMAT,
+        "model": fp16_state_dict(unwrapped),
+        "yaml": unwrapped.yaml,
+        "names": list(unwrapped.names),
+        "stride": [float(s) for s in unwrapped.stride],
+        **extra,
+    }
+
+
+def save_checkpoint(ckpt: dict, path: str | Path) -> None:
+    """Write a checkpoint atomically: a temporary file in the same folder, then a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(ckpt, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

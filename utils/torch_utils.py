@@ -1,0 +1,110 @@
+"""Device selection, precision policy, timing, seeding and the weight EMA."""
+
+import logging
+import math
+import os
+import random
+import time
+from copy import deepcopy
+
+import numpy as np
+import torch
+from torch import nn
+
+LOGGER = logging.getLogger("yolo")
+
+
+class DeviceError(Exception):
+    """A --device string that this machine cannot satisfy; the message is one line."""
+
+
+def select_device(device: str = "") -> torch.device:
+    """Parse YOLOv5-style --device ('' auto, 'cpu', '0', '0,1') into the torch.device to run on."""
+    device = str(device).strip().lower().replace("cuda:", "").replace(" ", "")
+    if device == "cpu":
+        return torch.device("cpu")
+    if device in ("", "cuda"):
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if device == "mps":
+        return torch.device("mps")
+    ids = [d for d in device.split(",") if d]
+    if not all(d.isdigit() for d in ids):
+        raise DeviceError(f"invalid --device '{device}': use '', 'cpu', or CUDA indices such as '0' or '0,1'")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"--device {device} asks for CUDA, but no CUDA GPU is available here (use --device cpu)")
+    if max(int(d) for d in ids) >= torch.cuda.device_count():
+        raise DeviceError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return torch.device(f"cuda:{ids[0]}")
+
+
+def fp16_is_fast(device: torch.device) -> bool:
+    """True on CUDA GPUs with full-rate FP16; compute capability 6.1 (GTX 10 series) runs it at 1/64 rate."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) != (6, 1)
+
+
+def resolve_half(device: torch.device, half: bool | None) -> bool:
+    """Precision policy: FP16 on fast CUDA GPUs by default, float32 on CPU always; half=True/False overrides on CUDA."""
+    if device.type != "cuda":
+        if half:
+            LOGGER.warning("WARNING: --half is not supported on %s, running float32", device.type)
+        return False
+    if half is None:
+        if not fp16_is_fast(device):
+            LOGGER.info("%s runs FP16 at a fraction of its FP32 rate: using float32 (--half forces FP16)",
+                        torch.cuda.get_device_name(device))
+            return False
+        return True
+    return bool(half)
+
+
+def cpu_supports_bf16() -> bool:
+    """True when this CPU has native bfloat16 matrix instructions (AVX512-BF16 or AMX) that oneDNN uses."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def time_sync(device: torch.device | None = None) -> float:
+    """Wall-clock seconds after waiting for queued CUDA work, so timings are honest."""
+    if torch.cuda.is_available() and (device is None or device.type == "cuda"):
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def init_seeds(seed: int = 0, deterministic: bool = False) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+
+
+def de_parallel(model: nn.Module) -> nn.Module:
+    """The bare model inside DataParallel or DistributedDataParallel."""
+    return model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
+
+
+class ModelEMA:
+    """Exponential moving average of model weights; its decay ramps up over the first updates."""
+
+    def __init__(self, model: nn.Module, decay: float = 0.9999, tau: float = 2000, updates: int = 0):
+        self.ema = deepcopy(de_parallel(model)).eval()
+        self.updates = updates
+        self.decay = lambda x: decay * (1 - math.exp(-x / tau))
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        """Blend the current weights into the average."""
+        self.updates += 1
+        d = self.decay(self.updates)
+        model_state = de_parallel(model).state_dict()
+        for k, v in self.ema.state_dict().items():
+            if v.dtype.is_floating_point:
+                v.mul_(d).add_(model_state[k].detach(), alpha=1 - d)
