@@ -1,6 +1,5 @@
 """Device selection, precision policy, timing, seeding and the weight EMA."""
 
-import logging
 import math
 import os
 import random
@@ -11,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-LOGGER = logging.getLogger("yolo")
+from utils.log import LOGGER
 
 
 class DeviceError(Exception):
