@@ -1,0 +1,241 @@
+"""Input loaders (images, folders, globs, lists, videos, streams), image reading and downloads."""
+
+import socket
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from utils.downloads import DownloadError, attempt_download_weights, is_url, safe_download, url_filename
+from utils.sources import (
+    LoadImages,
+    LoadStreams,
+    SourceError,
+    is_stream,
+    load_sources,
+    prepare,
+    read_image,
+    read_image_checked,
+)
+
+
+def _photo(h: int = 100, w: int = 200, seed: int = 0) -> np.ndarray:
+    """A BGR image with structure (so JPEG encoding is not trivial)."""
+    rng = np.random.default_rng(seed)
+    image = cv2.resize(rng.integers(0, 255, (h // 10 + 1, w // 10 + 1, 3), dtype=np.uint8), (w, h))
+    cv2.rectangle(image, (10, 10), (w // 2, h // 2), (0, 0, 255), -1)
+    return image
+
+
+def _write(path: Path, image: np.ndarray) -> Path:
+    assert cv2.imwrite(str(path), image), path
+    return path
+
+
+def _write_video(path: Path, frames: int = 6, size: tuple[int, int] = (64, 48)) -> Path:
+    """A tiny video file: mp4v in .mp4, falling back to MJPG in .avi where mp4v cannot be written."""
+    for file, codec in ((path.with_suffix(".mp4"), "mp4v"), (path.with_suffix(".avi"), "MJPG")):
+        writer = cv2.VideoWriter(str(file), cv2.VideoWriter_fourcc(*codec), 10, size)
+        if writer.isOpened():
+            for i in range(frames):
+                frame = np.full((size[1], size[0], 3), 20 * i, dtype=np.uint8)
+                writer.write(frame)
+            writer.release()
+            return file
+    pytest.skip("this OpenCV build can write neither mp4v nor MJPG video")
+
+
+# --- read_image ---------------------------------------------------------------------------------------------
+
+
+def test_read_image_formats_become_bgr_uint8(tmp_path):
+    bgr = _photo()
+    gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    cases = {
+        "color.png": (bgr, bgr),
+        "gray.png": (gray, cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)),
+        "deep.png": (bgr.astype(np.uint16) * 257, bgr),  # 16-bit: 65535 maps to 255
+        "alpha.png": (np.dstack([bgr, np.full(bgr.shape[:2], 7, np.uint8)]), bgr),  # alpha dropped, not blended
+        "gray16.tif": ((gray.astype(np.uint16) * 257), cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)),
+        "float.pfm": (bgr.astype(np.float32) / 255, bgr),  # float in [0, 1]
+    }
+    for name, (stored, expected) in cases.items():
+        image = read_image(_write(tmp_path / name, stored))
+        assert image is not None, name
+        assert image.dtype == np.uint8 and image.shape == (100, 200, 3), name
+        np.testing.assert_array_equal(image, expected, err_msg=name)
+
+
+def test_read_image_unicode_path(tmp_path):
+    path = tmp_path / "bild_ä_图.png"
+    ok, encoded = cv2.imencode(".png", _photo())
+    encoded.tofile(str(path))
+    assert read_image(path).shape == (100, 200, 3)
+
+
+def test_read_image_refuses_broken_files(tmp_path):
+    jpg = _write(tmp_path / "whole.jpg", _photo(200, 300))
+    data = jpg.read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
+    png = _write(tmp_path / "whole.png", _photo()).read_bytes()
+    (tmp_path / "cut.png").write_bytes(png[: len(png) - 30])
+    (tmp_path / "text.jpg").write_text("not an image")
+    (tmp_path / "empty.png").write_bytes(b"")
+    assert read_image(jpg) is not None
+    for name in ("cut.jpg", "cut.png", "text.jpg", "empty.png", "missing.png"):
+        image, reason = read_image_checked(tmp_path / name)
+        assert image is None and reason and "\n" not in reason, name
+    assert "truncated" in read_image_checked(tmp_path / "cut.jpg")[1]
+
+
+def test_prepare_is_letterboxed_chw_rgb():
+    bgr = _photo(100, 200)
+    im = prepare(bgr, 64, stride=32)
+    assert im.shape == (3, 32, 64) and im.dtype == np.uint8 and im.flags.c_contiguous
+    # Red rectangle in BGR is channel 2; after BGR->RGB it is channel 0.
+    assert im[0, 5, 5] > 200 and im[2, 5, 5] < 50
+
+
+# --- LoadImages -----------------------------------------------------------------------------------------------
+
+
+def test_directory_loads_supported_images_sorted(tmp_path):
+    for i, name in enumerate(("b.jpg", "a.png", "c.bmp")):
+        _write(tmp_path / name, _photo(seed=i))
+    (tmp_path / "notes.txt").write_text("not an input")
+    loader = LoadImages(tmp_path, img_size=64, stride=32)
+    items = list(loader)
+    assert [Path(p).name for p, *_ in items] == ["a.png", "b.jpg", "c.bmp"]
+    for k, (path, im, im0, cap, log) in enumerate(items):
+        assert im.shape == (3, 32, 64) and im0.shape == (100, 200, 3) and cap is None
+        assert log == f"image {k + 1}/3 {path}: "
+
+
+def test_glob_and_txt_list(tmp_path):
+    sub = tmp_path / "imgs"
+    sub.mkdir()
+    for name in ("one.jpg", "two.jpg", "three.png"):
+        _write(sub / name, _photo())
+    assert [Path(p).name for p, *_ in LoadImages(str(sub / "*.jpg"), 64)] == ["one.jpg", "two.jpg"]
+    listing = tmp_path / "list.txt"
+    # Relative entries resolve against the list's folder; a missing entry is warned about and skipped.
+    listing.write_text(f"imgs/three.png\n\n{sub / 'one.jpg'}\nimgs/gone.jpg\n")
+    loader = LoadImages(listing, 64)
+    assert [Path(p).name for p, *_ in loader] == ["three.png", "one.jpg"]
+
+
+def test_corrupt_image_in_folder_is_skipped(tmp_path):
+    _write(tmp_path / "good.jpg", _photo())
+    (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0 garbage")
+    loader = LoadImages(tmp_path, 64)
+    assert [Path(p).name for p, *_ in loader] == ["good.jpg"]
+    assert [Path(p).name for p in loader.skipped] == ["bad.jpg"]
+
+
+def test_video_file_frames_and_stride(tmp_path):
+    video = _write_video(tmp_path / "clip", frames=6)
+    items = list(LoadImages(video, img_size=64, stride=32))
+    assert len(items) == 6
+    path, im, im0, cap, log = items[2]
+    assert cap is not None and im0.shape == (48, 64, 3) and im.shape == (3, 64, 64)
+    assert log == f"video 1/1 (3/6) {video}: "
+    assert abs(int(items[2][2].mean()) - 40) <= 3  # third frame was filled with 40
+    assert len(list(LoadImages(video, img_size=64, vid_stride=2))) == 3
+
+
+def test_images_come_before_videos(tmp_path):
+    _write_video(tmp_path / "a_clip", frames=2)
+    _write(tmp_path / "z.jpg", _photo())
+    kinds = [cap is None for _, _, _, cap, _ in LoadImages(tmp_path, 64)]
+    assert kinds == [True, False, False]
+
+
+def _touch(path: Path) -> Path:
+    path.write_text("?")
+    return path
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "missing.jpg", "not found"),
+    (lambda d: d, "is empty"),
+    (lambda d: _touch(d / "x.xyz"), "unsupported file type '.xyz'"),
+    (lambda d: _touch(d / "readme.md").parent, "no supported images or videos"),
+    (lambda d: d / "nothing" / "*.jpg", "no files match"),
+])
+def test_bad_sources_raise_one_line(tmp_path, make, message):
+    with pytest.raises(SourceError) as info:
+        load_sources(make(tmp_path), 64)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+# --- streams ------------------------------------------------------------------------------------------------------
+
+
+def test_stream_classification():
+    assert is_stream("0") and is_stream("rtsp://cam.local/live") and is_stream("https://host/live")
+    assert not is_stream("https://host/path/bus.jpg?x=1") and not is_stream("bus.jpg")
+    assert not is_stream("data/0")
+
+
+def test_load_streams_reads_a_capture_until_it_ends(tmp_path):
+    video = _write_video(tmp_path / "live", frames=5)
+    items = list(LoadStreams(str(video), img_size=64, stride=32, timeout=10))
+    assert 1 <= len(items) <= 5  # the reader keeps only the newest frame, so some may be dropped
+    path, im, im0, cap, log = items[0]
+    assert path == str(video) and im.shape == (3, 64, 64) and im0.shape == (48, 64, 3)
+
+
+def test_unopenable_stream_is_one_line_error():
+    with pytest.raises(SourceError, match="cannot open stream"):
+        LoadStreams("rtsp://127.0.0.1:1/nothing", timeout=1)
+
+
+# --- downloads ----------------------------------------------------------------------------------------------------
+
+
+def _closed_port_url(path: str) -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{path}"  # nothing listens there: refused at once
+
+
+def test_url_helpers():
+    assert is_url("https://a.b/c.jpg") and not is_url("c.jpg") and not is_url("rtsp://a/b")
+    assert url_filename("https://a.b/x/bus%20two.jpg?s=1") == "bus two.jpg"
+
+
+def test_safe_download_is_atomic(tmp_path):
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"x" * 5000)
+    out = safe_download(src.as_uri(), tmp_path / "dl" / "copy.bin")
+    assert out.read_bytes() == src.read_bytes()
+    with pytest.raises(DownloadError, match="too small"):
+        safe_download(src.as_uri(), tmp_path / "dl" / "small.bin", min_bytes=10_000)
+    assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == ["copy.bin"]  # no partial files left
+
+
+def test_offline_download_fails_in_one_line(tmp_path):
+    with pytest.raises(DownloadError) as info:
+        safe_download(_closed_port_url("bus.jpg"), tmp_path / "bus.jpg", timeout=5)
+    assert "\n" not in str(info.value) and "cannot download" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_attempt_download_weights(tmp_path):
+    weights_dir = tmp_path / "weights"
+    existing = tmp_path / "mine.pt"
+    existing.write_bytes(b"w")
+    assert attempt_download_weights(existing, weights_dir) == existing
+    # Names that are not release assets come back unchanged, for the loader to report as missing.
+    assert attempt_download_weights("custom.pt", weights_dir) == Path("custom.pt")
+    with pytest.raises(DownloadError, match="yolov5n.pt"):
+        attempt_download_weights("yolov5n.pt", weights_dir, base_url=_closed_port_url("v7.0"), timeout=5)
+    assert not (weights_dir / "yolov5n.pt").exists()
+    release = tmp_path / "release"
+    release.mkdir()
+    (release / "yolov5n.pt").write_bytes(b"0" * 200_000)
+    got = attempt_download_weights("yolov5n.pt", weights_dir, base_url=release.as_uri())
+    assert got == weights_dir / "yolov5n.pt" and got.stat().st_size == 200_000
+    assert attempt_download_weights("yolov5n.pt", weights_dir, base_url="http://unused") == got  # found locally

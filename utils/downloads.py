@@ -1,0 +1,86 @@
+"""Downloads with urllib: official YOLOv5 weights from the GitHub release, images given as URLs."""
+
+import os
+import re
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from utils.log import LOGGER
+
+GITHUB_RELEASE = "https://github.com/ultralytics/yolov5/releases/download/v7.0"
+# Release assets this code can run: the P5 and P6 detection models (not -seg or -cls).
+RELEASE_WEIGHTS = re.compile(r"yolov5[nsmlx]6?\.pt")
+WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
+
+
+class DownloadError(Exception):
+    """A download that failed (offline, not found, too small); the message is one line."""
+
+
+def is_url(text: str | Path, schemes: tuple[str, ...] = ("http", "https")) -> bool:
+    """True when text is a URL with one of the given schemes and a host."""
+    parsed = urllib.parse.urlparse(str(text))
+    return parsed.scheme in schemes and bool(parsed.netloc)
+
+
+def url_filename(url: str) -> str:
+    """The file name a URL points at, without its query string ('https://x/a/bus.jpg?s=1' -> 'bus.jpg')."""
+    return Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name
+
+
+def safe_download(url: str, file: str | Path, timeout: float = 30.0, min_bytes: int = 1) -> Path:
+    """Download url to file atomically (a temporary file in the same folder, then a rename); return file.
+
+    Raises DownloadError with a one-line message when offline, on HTTP errors, timeouts or a short file.
+    """
+    file = Path(file)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    LOGGER.info("Downloading %s to %s ...", url, file)
+    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".part", dir=file.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            request = urllib.request.Request(url, headers={"User-Agent": "yolo-detect"})
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                while chunk := response.read(1 << 20):
+                    f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        size = Path(tmp).stat().st_size
+        if size < min_bytes:
+            raise DownloadError(f"download of {url} is too small ({size} bytes < {min_bytes}): not the expected file")
+        os.replace(tmp, file)
+    except DownloadError:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    except urllib.error.HTTPError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as e:
+        Path(tmp).unlink(missing_ok=True)
+        reason = getattr(e, "reason", None) or e
+        raise DownloadError(f"cannot download {url}: {reason} (offline? place the file at {file} yourself)") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return file
+
+
+def attempt_download_weights(weights: str | Path, weights_dir: str | Path = WEIGHTS_DIR,
+                             base_url: str = GITHUB_RELEASE, timeout: float = 30.0) -> Path:
+    """Path to a weights file: as given if it exists, else weights_dir/<name>, downloaded from the release if needed.
+
+    Names other than official release assets (yolov5n.pt ... yolov5x6.pt) are returned as given when
+    missing, so the checkpoint loader reports them as not found.
+    """
+    path = Path(weights)
+    if path.is_file():
+        return path
+    local = Path(weights_dir) / path.name
+    if local.is_file():
+        return local
+    if str(path) != path.name or not RELEASE_WEIGHTS.fullmatch(path.name):
+        return path
+    return safe_download(f"{base_url.rstrip('/')}/{path.name}", local, timeout=timeout, min_bytes=100_000)

@@ -1,0 +1,311 @@
+"""Inference inputs: images, folders, globs, .txt lists, videos, webcams and network streams.
+
+Every loader yields (path, image, original, capture, log) tuples: the letterboxed CHW RGB uint8 image,
+the original BGR uint8 image, the cv2.VideoCapture for video frames (None for images) and the start of
+the log line ('image 1/2 /path/bus.jpg: ').
+"""
+
+import glob
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from utils.augment import letterbox
+from utils.downloads import is_url, safe_download, url_filename
+from utils.log import LOGGER
+
+IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
+VID_FORMATS = ("asf", "avi", "gif", "m4v", "mkv", "mov", "mp4", "mpeg", "mpg", "ts", "wmv")
+STREAM_SCHEMES = ("rtsp", "rtmp", "http", "https")
+
+Item = tuple[str, np.ndarray, np.ndarray, "cv2.VideoCapture | None", str]
+
+
+class SourceError(Exception):
+    """A --source that gives nothing to run on (missing, empty, unsupported); the message is one line."""
+
+
+def open_capture(target: str | int) -> cv2.VideoCapture:
+    """cv2.VideoCapture with OpenCV's own console warnings muted; callers report failures in one line."""
+    logging = getattr(getattr(cv2, "utils", None), "logging", None)
+    level = logging.getLogLevel() if logging else None
+    if logging:
+        logging.setLogLevel(logging.LOG_LEVEL_SILENT)
+    try:
+        return cv2.VideoCapture(target)
+    finally:
+        if logging:
+            logging.setLogLevel(level)
+
+
+def _suffix(path: str | Path) -> str:
+    return Path(path).suffix[1:].lower()
+
+
+def _to_bgr_uint8(image: np.ndarray) -> np.ndarray:
+    """Grayscale, 16-bit, float and 4-channel images as 3-channel BGR uint8."""
+    if image.dtype == np.uint16:
+        image = (image.astype(np.float32) / 257.0).round().astype(np.uint8)  # 65535 -> 255
+    elif image.dtype.kind == "f":
+        image = np.nan_to_num(image.astype(np.float32))
+        scale = 255.0 if image.max(initial=0.0) <= 1.0 else 1.0  # float images are usually in [0, 1]
+        image = (image * scale).clip(0, 255).round().astype(np.uint8)
+    elif image.dtype != np.uint8:
+        image = image.clip(0, 255).astype(np.uint8)
+    if image.ndim == 2:
+        return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    channels = image.shape[2]
+    if channels == 1:
+        return cv2.cvtColor(image[..., 0], cv2.COLOR_GRAY2BGR)
+    if channels == 4:
+        return cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
+    if channels == 2:  # gray + alpha
+        return cv2.cvtColor(image[..., 0], cv2.COLOR_GRAY2BGR)
+    return np.ascontiguousarray(image[..., :3])
+
+
+def _truncation(data: np.ndarray, suffix: str) -> str | None:
+    """Why the encoded bytes look cut off, or None. Checked before decoding, as decoders fill in grey silently."""
+    raw = data.tobytes()
+    if suffix in ("jpg", "jpeg", "mpo") or raw[:2] == b"\xff\xd8":
+        # FF D9 (end of image) cannot occur inside entropy-coded data, so it must follow the last scan (FF DA).
+        if raw.rfind(b"\xff\xd9") < raw.rfind(b"\xff\xda"):
+            return "truncated JPEG (no end-of-image marker after the last scan)"
+    elif raw[:8] == b"\x89PNG\r\n\x1a\n" and b"IEND" not in raw[-12:]:
+        return "truncated PNG (no IEND chunk)"
+    return None
+
+
+def read_image_checked(path: str | Path) -> tuple[np.ndarray | None, str]:
+    """Read an image as BGR uint8 (any depth or channel count, unicode paths); on failure (None, reason)."""
+    try:
+        data = np.fromfile(str(path), dtype=np.uint8)
+    except OSError as e:
+        return None, f"cannot read file: {e.strerror or e}"
+    if data.size == 0:
+        return None, "empty file"
+    problem = _truncation(data, _suffix(path))
+    if problem:
+        return None, problem
+    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    if image is None or image.size == 0:
+        return None, "not a readable image (corrupt or unsupported encoding)"
+    return _to_bgr_uint8(image), ""
+
+
+def read_image(path: str | Path) -> np.ndarray | None:
+    """Read an image as 3-channel BGR uint8, or None when it is unreadable or truncated."""
+    return read_image_checked(path)[0]
+
+
+def prepare(image: np.ndarray, img_size: int | tuple[int, int], stride: int = 32, auto: bool = True) -> np.ndarray:
+    """Letterbox a BGR image and return it as a contiguous CHW RGB uint8 array."""
+    boxed = letterbox(image, img_size, stride=stride, auto=auto)[0]
+    return np.ascontiguousarray(boxed[..., ::-1].transpose(2, 0, 1))
+
+
+def _expand(source: str) -> list[str]:
+    """File paths named by a file, folder, glob or .txt list; raises SourceError when there are none."""
+    path = Path(source).expanduser()
+    if any(c in source for c in "*?["):
+        files = sorted(glob.glob(str(path), recursive=True))
+        if not files:
+            raise SourceError(f"no files match {source}")
+        return [f for f in files if os.path.isfile(f)]
+    if path.is_dir():
+        files = sorted(str(p) for p in path.iterdir() if p.is_file())
+        if not files:
+            raise SourceError(f"directory {source} is empty")
+        return files
+    if path.is_file() and _suffix(path) == "txt":
+        lines = [s.strip() for s in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        # Relative entries are relative to the list's folder, as with YOLOv5.
+        files = [str((path.parent / s) if not Path(s).is_absolute() else Path(s)) for s in lines if s]
+        if not files:
+            raise SourceError(f"list {source} names no files")
+        return files
+    if path.is_file():
+        return [str(path)]
+    raise SourceError(f"source not found: {source}")
+
+
+class LoadImages:
+    """Images and video files from a path, folder, glob or .txt list, one frame at a time."""
+
+    def __init__(self, source: str | Path, img_size: int | tuple[int, int] = 640, stride: int = 32,
+                 auto: bool = True, vid_stride: int = 1):
+        files = _expand(str(source))
+        kinds = [_suffix(f) for f in files]
+        images = [f for f, k in zip(files, kinds) if k in IMG_FORMATS]
+        videos = [f for f, k in zip(files, kinds) if k in VID_FORMATS]
+        missing = {f for f in images + videos if not os.path.isfile(f)}
+        for f in sorted(missing):
+            LOGGER.warning("WARNING: skipping %s: file not found", f)
+        images = [f for f in images if f not in missing]
+        videos = [f for f in videos if f not in missing]
+        if not images and not videos:
+            formats = f"images are {', '.join(IMG_FORMATS)}; videos are {', '.join(VID_FORMATS)}"
+            if missing:
+                raise SourceError(f"none of the {len(files)} files listed in {source} exist")
+            if len(files) == 1 and str(files[0]) == str(Path(source).expanduser()):
+                kind = f"'.{kinds[0]}'" if kinds[0] else "(no extension)"
+                raise SourceError(f"unsupported file type {kind} for {source}: {formats}")
+            raise SourceError(f"no supported images or videos in {source} ({len(files)} files): {formats}")
+        self.files = images + videos
+        self.video_flag = [False] * len(images) + [True] * len(videos)
+        self.img_size, self.stride, self.auto = img_size, stride, auto
+        self.vid_stride = max(int(vid_stride), 1)
+        self.mode = "image"
+        self.cap: cv2.VideoCapture | None = None
+        self.frame = 0
+        self.frames = 0
+        self.skipped: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def _open_video(self, path: str) -> bool:
+        self.cap = open_capture(path)
+        if not self.cap.isOpened():
+            return False
+        self.frame = 0
+        self.frames = int(self.cap.get(cv2.CAP_PROP_FRAME_COUNT) // self.vid_stride)
+        return True
+
+    def _next_frame(self) -> np.ndarray | None:
+        """The next frame of the open video, honouring vid_stride; None at its end."""
+        for _ in range(self.vid_stride - 1):
+            if not self.cap.grab():
+                return None
+        ok, frame = self.cap.read()
+        return frame if ok and frame is not None else None
+
+    def __iter__(self) -> Iterator[Item]:
+        n = len(self.files)
+        for index, (path, is_video) in enumerate(zip(self.files, self.video_flag)):
+            if not is_video:
+                self.mode, self.cap = "image", None
+                image, reason = read_image_checked(path)
+                if image is None:
+                    LOGGER.warning("WARNING: skipping %s: %s", path, reason)
+                    self.skipped.append(path)
+                    continue
+                yield path, prepare(image, self.img_size, self.stride, self.auto), image, None, \
+                    f"image {index + 1}/{n} {path}: "
+                continue
+            self.mode = "video"
+            if not self._open_video(path):
+                LOGGER.warning("WARNING: skipping %s: cannot open video", path)
+                self.skipped.append(path)
+                continue
+            try:
+                while (frame := self._next_frame()) is not None:
+                    self.frame += 1
+                    self.frames = max(self.frames, self.frame)  # some containers under-report their length
+                    log = f"video {index + 1}/{n} ({self.frame}/{self.frames}) {path}: "
+                    yield path, prepare(frame, self.img_size, self.stride, self.auto), frame, self.cap, log
+                if self.frame == 0:
+                    LOGGER.warning("WARNING: skipping %s: no frames could be read", path)
+                    self.skipped.append(path)
+            finally:
+                self.cap.release()
+
+
+class LoadStreams:
+    """One webcam (index) or network stream read by a thread that keeps only the newest frame."""
+
+    def __init__(self, source: str, img_size: int | tuple[int, int] = 640, stride: int = 32,
+                 auto: bool = True, vid_stride: int = 1, timeout: float = 30.0):
+        self.source = str(source)
+        self.img_size, self.stride, self.auto = img_size, stride, auto
+        self.vid_stride = max(int(vid_stride), 1)
+        self.timeout = timeout
+        self.mode = "stream"
+        target = int(self.source) if self.source.isnumeric() else self.source
+        self.cap = open_capture(target)
+        if not self.cap.isOpened():
+            raise SourceError(f"cannot open stream {self.source}")
+        self.fps = self.cap.get(cv2.CAP_PROP_FPS) or 30.0
+        ok, frame = self.cap.read()
+        if not ok or frame is None:
+            self.cap.release()
+            raise SourceError(f"stream {self.source} gives no frames")
+        self._frame, self._count, self._done = frame, 1, False
+        self._lock = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._reader, daemon=True)
+        self._thread.start()
+
+    def _reader(self) -> None:
+        """Grab frames as they arrive; decode every vid_stride-th and keep it as the newest. Owns the capture."""
+        n = 0
+        try:
+            while not self._stop.is_set() and self.cap.grab():
+                n += 1
+                if n % self.vid_stride:
+                    continue
+                ok, frame = self.cap.retrieve()
+                if not ok:
+                    break
+                with self._lock:
+                    self._frame, self._count = frame, self._count + 1
+                    self._lock.notify_all()
+        finally:
+            self.cap.release()  # here, not in close(): releasing while grab() runs in this thread is unsafe
+            with self._lock:
+                self._done = True
+                self._lock.notify_all()
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator[Item]:
+        seen = 0
+        try:
+            while True:
+                with self._lock:
+                    # Wait for a frame newer than the last one yielded, so no frame is processed twice.
+                    self._lock.wait_for(lambda last=seen: self._count > last or self._done, timeout=self.timeout)
+                    if self._count <= seen:
+                        if not self._done:
+                            LOGGER.warning("WARNING: stream %s sent no frame for %.0fs, stopping",
+                                           self.source, self.timeout)
+                        return
+                    frame, seen = self._frame, self._count
+                yield self.source, prepare(frame, self.img_size, self.stride, self.auto), frame, \
+                    None, f"{self.source}: "
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the reader thread, which then releases the capture."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def is_stream(source: str) -> bool:
+    """Webcam index or a stream URL (a URL that does not end in an image or video file name)."""
+    if source.isnumeric():
+        return True
+    return is_url(source, STREAM_SCHEMES) and _suffix(url_filename(source)) not in IMG_FORMATS + VID_FORMATS
+
+
+def load_sources(source: str | Path, img_size: int | tuple[int, int] = 640, stride: int = 32, auto: bool = True,
+                 vid_stride: int = 1) -> LoadImages | LoadStreams:
+    """The loader for a --source string; URLs of image or video files are downloaded to a temporary folder first."""
+    source = str(source)
+    if is_stream(source):
+        return LoadStreams(source, img_size, stride, auto, vid_stride)
+    if is_url(source):
+        folder = Path(tempfile.gettempdir()) / "yolo_downloads"
+        file = folder / url_filename(source)
+        if not file.is_file():
+            safe_download(source, file)
+        source = str(file)
+    return LoadImages(source, img_size, stride, auto, vid_stride)
+
