@@ -239,3 +239,19 @@ def test_attempt_download_weights(tmp_path):
     got = attempt_download_weights("yolov5n.pt", weights_dir, base_url=release.as_uri())
     assert got == weights_dir / "yolov5n.pt" and got.stat().st_size == 200_000
     assert attempt_download_weights("yolov5n.pt", weights_dir, base_url="http://unused") == got  # found locally
+
+
+def test_jpeg_exif_orientation_is_applied(tmp_path):
+    from PIL import Image
+
+    from utils.sources import read_image
+
+    pixels = np.zeros((100, 200, 3), np.uint8)
+    pixels[:, :50] = 255  # white band on the left
+    image = Image.fromarray(pixels)
+    exif = image.getexif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    image.save(tmp_path / "rotated.jpg", exif=exif)
+    out = read_image(tmp_path / "rotated.jpg")
+    assert out.shape == (200, 100, 3)
+    assert out[:50].mean() > 200 and out[150:].mean() < 50  # the band is now on top

@@ -92,7 +92,10 @@ def read_image_checked(path: str | Path) -> tuple[np.ndarray | None, str]:
     problem = _truncation(data, _suffix(path))
     if problem:
         return None, problem
-    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    # JPEGs decode as colour so OpenCV applies their EXIF orientation (as cv2.imread does); other formats
+    # decode unchanged so 16-bit, float and alpha images are converted here rather than by OpenCV's defaults.
+    jpeg = _suffix(path) in ("jpg", "jpeg", "mpo") or data[:2].tobytes() == b"\xff\xd8"
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR if jpeg else cv2.IMREAD_UNCHANGED)
     if image is None or image.size == 0:
         return None, "not a readable image (corrupt or unsupported encoding)"
     return _to_bgr_uint8(image), ""
