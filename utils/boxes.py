@@ -5,6 +5,7 @@ import torch
 import torchvision
 
 Array = torch.Tensor | np.ndarray
+MAX_WH = 7680  # pixels: larger than any box, so boxes shifted by class * MAX_WH never overlap across classes
 
 
 def _empty_like(x: Array) -> Array:
@@ -121,9 +122,9 @@ def non_max_suppression(
             det = det[(det[:, 5:6] == torch.tensor(classes, device=det.device)).any(1)]
         if det.shape[0] > max_nms:
             det = det[det[:, 4].argsort(descending=True)[:max_nms]]
-        if agnostic:
-            kept = torchvision.ops.nms(det[:, :4], det[:, 4], iou_thres)
-        else:
-            kept = torchvision.ops.batched_nms(det[:, :4], det[:, 4], det[:, 5].long(), iou_thres)
+        # Class-aware NMS as one torchvision NMS over boxes shifted apart by class (batched_nms's coordinate
+        # trick): torchvision's batched_nms falls back to a per-class loop above 1,000 boxes on CPU.
+        offsets = 0 if agnostic else det[:, 5:6] * MAX_WH
+        kept = torchvision.ops.nms(det[:, :4] + offsets, det[:, 4], iou_thres)
         output.append(det[kept[:max_det]])
     return output
