@@ -27,11 +27,7 @@ from utils.files import increment_path
 from utils.log import LOGGER
 from utils.plots import Annotator, colors, imwrite, save_one_box
 from utils.sources import SourceError, load_sources
-from utils.torch_utils import DeviceError, cpu_supports_bf16, resolve_half, select_device, time_sync
-
-# channels_last on CPU, measured through run() (yolov5n, bus.jpg at 640x480, 2 shared cores, median of 10
-# images, two alternating rounds): 46.2/47.2 ms contiguous vs 34.5/33.7 ms channels_last, so it stays on.
-CHANNELS_LAST_CPU = True
+from utils.torch_utils import DeviceError, prepare_for_inference, select_device, time_sync
 
 
 @dataclass
@@ -173,27 +169,13 @@ class _Outputs:
 
 
 def _prepare_model(weights, device: torch.device, half: bool | None, bf16: bool):
-    """Load, place and set the precision of the model; returns (model, half, use_bf16, channels_last)."""
+    """Load the model and apply the precision policy; returns (model, half, autocast context, channels_last)."""
     weights_path = _resolve_weights(weights)
-    model = load_model(weights_path, device)
-    half = resolve_half(device, half)
-    if half:
-        model.half()
-    use_bf16 = False
-    if bf16:
-        if device.type == "cpu" and cpu_supports_bf16():
-            use_bf16 = True
-        elif device.type == "cpu":
-            LOGGER.warning("WARNING: --bf16 needs a CPU with AVX512-BF16 or AMX; this one has neither, running float32")
-        else:
-            LOGGER.warning("WARNING: --bf16 is for CPU inference; on %s use --half, running without it", device.type)
-    channels_last = device.type == "cpu" and CHANNELS_LAST_CPU
-    if channels_last:
-        model.to(memory_format=torch.channels_last)
-    dtype = "float16" if half else "bfloat16 autocast" if use_bf16 else "float32"
+    model, half, autocast, channels_last = prepare_for_inference(load_model(weights_path, device), device, half, bf16)
+    dtype = "float16" if half else "float32" if isinstance(autocast, contextlib.nullcontext) else "bfloat16 autocast"
     LOGGER.info("Model %s: %d parameters, %d classes, %s %s", weights_path,
                 sum(p.numel() for p in model.parameters()), len(model.names), device, dtype)
-    return model, half, use_bf16, channels_last
+    return model, half, autocast, channels_last
 
 
 def run(
@@ -228,7 +210,7 @@ def run(
     device = select_device(device)
     # The source is checked first, so a typo in it fails at once rather than after a weights download.
     dataset = load_sources(source, imgsz, stride=32, auto=True, vid_stride=vid_stride)
-    model, half, use_bf16, channels_last = _prepare_model(weights, device, half, bf16)
+    model, half, autocast, channels_last = _prepare_model(weights, device, half, bf16)
     names, stride = list(model.names), int(model.stride.max())
     imgsz = check_img_size(imgsz, stride)
     dataset.img_size, dataset.stride = imgsz, stride  # loaders letterbox lazily, with these
@@ -237,7 +219,6 @@ def run(
     outputs = _Outputs(save_dir, names, not nosave, save_txt, save_conf, save_crop, view_img, line_thickness,
                        hide_labels, hide_conf)
     out = DetectRun(save_dir=save_dir, names=names)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
 
     def preprocess(im: np.ndarray) -> torch.Tensor:
         """CHW RGB uint8 array -> (1, 3, H, W) tensor in [0, 1] on device, in the model's precision and layout."""

@@ -39,10 +39,9 @@ from utils.metrics import (
     load_coco_ground_truth,
     pycocotools_stats,
 )
-from utils.torch_utils import DeviceError, cpu_supports_bf16, resolve_half, select_device, time_sync
+from utils.torch_utils import DeviceError, prepare_for_inference, select_device, time_sync
 
 TASKS = ("train", "val", "test", "speed")
-CHANNELS_LAST_CPU = True  # as in detect.py: faster convolutions on CPU
 
 
 class TestError(Exception):
@@ -185,7 +184,7 @@ def write_results_json(path: Path, metrics: DetectionMetrics, speed_ms: tuple[fl
 
 
 def _standalone_model(weights, device: str, half: bool | None, bf16: bool):
-    """Load the weights for standalone validation; returns (model, device, half, autocast context)."""
+    """Load the weights for standalone validation; returns (model, device, half, autocast context, channels_last)."""
     if weights is None:
         raise TestError("give the model to validate with --weights")
     if isinstance(weights, (list, tuple)):
@@ -194,21 +193,8 @@ def _standalone_model(weights, device: str, half: bool | None, bf16: bool):
         weights = weights[0]
     device = select_device(device)
     model = load_model(attempt_download_weights(weights), device)
-    half = resolve_half(device, half)
-    if half:
-        model.half()
-    use_bf16 = False
-    if bf16:
-        if device.type == "cpu" and cpu_supports_bf16():
-            use_bf16 = True
-        elif device.type == "cpu":
-            LOGGER.warning("WARNING: --bf16 needs a CPU with AVX512-BF16 or AMX; this one has neither, running float32")
-        else:
-            LOGGER.warning(f"WARNING: --bf16 is for CPU inference; on {device.type} use --half, running without it")
-    if device.type == "cpu" and CHANNELS_LAST_CPU:
-        model.to(memory_format=torch.channels_last)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
-    return model, device, half, autocast
+    model, half, autocast, channels_last = prepare_for_inference(model, device, half, bf16)
+    return model, device, half, autocast, channels_last
 
 
 def _callers_model(model, half: bool | None):
@@ -300,12 +286,12 @@ def run(
     n_images = _count_images(data, split) if dataloader is None else len(dataloader.dataset)
     if training:
         device, half, autocast = _callers_model(model, half)
+        channels_last = False  # the caller's model keeps its layout
     else:
-        model, device, half, autocast = _standalone_model(weights, device, half, bf16)
+        model, device, half, autocast, channels_last = _standalone_model(weights, device, half, bf16)
         if not single_cls and len(model.names) != nc:
             raise TestError(f"the weights predict {len(model.names)} classes but {data.get('yaml_file', 'the data')} "
                             f"has {nc}: pass the data YAML the model was trained on")
-    channels_last = device.type == "cpu" and CHANNELS_LAST_CPU and not training
     stride = max(int(model.stride.max()), 32)
     save_dir = Path(save_dir) if save_dir else increment_path(Path(project) / name, exist_ok=exist_ok)
     (save_dir / "labels" if save_txt else save_dir).mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """Device selection, precision policy, timing, seeding and the weight EMA."""
 
+import contextlib
 import math
 import os
 import random
@@ -54,6 +55,34 @@ def resolve_half(device: torch.device, half: bool | None) -> bool:
             return False
         return True
     return bool(half)
+
+
+# channels_last on CPU: yolov5n on bus.jpg at 640x480, 2 cores, median of 10 images, two alternating rounds:
+# 46.2/47.2 ms contiguous vs 34.5/33.7 ms channels_last (oneDNN's preferred layout), so CPU inference uses it.
+CHANNELS_LAST_CPU = True
+
+
+def prepare_for_inference(model: nn.Module, device: torch.device, half: bool | None, bf16: bool = False):
+    """Apply the precision policy and CPU layout to an eval model.
+
+    Returns (model, half, autocast context, channels_last): half says inputs must be FP16; the context runs
+    bfloat16 autocast when bf16 was asked for on a CPU that supports it.
+    """
+    half = resolve_half(device, half)
+    if half:
+        model.half()
+    use_bf16 = False
+    if bf16 and device.type == "cpu":
+        use_bf16 = cpu_supports_bf16()
+        if not use_bf16:
+            LOGGER.warning("WARNING: --bf16 needs a CPU with AVX512-BF16 or AMX; this one has neither, running float32")
+    elif bf16:
+        LOGGER.warning("WARNING: --bf16 is for CPU inference; on %s use --half, running without it", device.type)
+    channels_last = device.type == "cpu" and CHANNELS_LAST_CPU
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+    return model, half, autocast, channels_last
 
 
 def cpu_supports_bf16() -> bool:
