@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -14,3 +15,13 @@ def shared() -> Path:
     if not (SHARED / "weights" / "yolov5n.pt").is_file():
         pytest.skip(f"shared test data not found at {SHARED}")
     return SHARED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """One intra-op thread: test tensors are small, and two threads competing with data-loader workers (or
+    anything else) on a 2-core machine can run many times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -179,6 +179,9 @@ def save_checkpoint(ckpt: dict, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual permissions
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(ckpt, f)

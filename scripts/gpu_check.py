@@ -1,0 +1,203 @@
+"""GPU check of mixed-precision training: python scripts/gpu_check.py [--steps 300] [--img 320] [--batch 32]
+
+1. Trains yolov5s for --steps steps under FP16 autocast + GradScaler on the synthetic shapes data: every loss must
+   be finite, the loss must fall and the scaler's scale must move (a short growth interval makes it grow).
+2. Saves that model, optimizer and scaler as a checkpoint, reloads it with torch.load(weights_only=True): weights
+   FP16, scaler scale restored, FP16 outputs of the reloaded model close to FP32.
+3. Runs train.py end to end on the GPU (AMP check, checkpoints, validation), then FP16 detection with detect.py
+   and FP16 vs FP32 validation of its best.pt with test.py.
+Prints a summary; exits 1 when a check fails, 0 (with a message) on a machine without CUDA.
+--device cpu runs the same steps on the CPU under bfloat16 autocast, a quick smoke test of this script.
+"""
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from models.yolo import Model  # noqa: E402
+from utils.checkpoint import checkpoint_dict, load_model, save_checkpoint  # noqa: E402
+from utils.datasets import create_dataloader, load_data_config, load_hyp  # noqa: E402
+from utils.loss import ComputeLoss  # noqa: E402
+from utils.shapes import generate_shapes  # noqa: E402
+
+
+class CheckFailed(Exception):
+    """A GPU check that did not hold; the message says which."""
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise CheckFailed(message) unless condition holds."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def make_shapes(folder: Path, n_train: int, img: int) -> Path:
+    """Generate a shapes dataset under folder and return its data YAML."""
+    root = generate_shapes(folder / "shapes", n_train=n_train, n_val=64, img_size=img)
+    yaml_file = folder / "shapes.yaml"
+    names = "[circle, square, triangle, star, cross]"
+    yaml_file.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {names}\n", encoding="utf-8")
+    return yaml_file
+
+
+def amp_training(data_yaml: Path, steps: int, img: int, batch: int, workers: int, folder: Path,
+                 device: torch.device) -> dict:
+    """Part 1 and 2: an FP16 autocast + GradScaler loop on yolov5s, then a checkpoint round trip."""
+    import train  # the optimiser and precision helpers of train.py
+
+    low = torch.float16 if device.type == "cuda" else torch.bfloat16
+    data = load_data_config(data_yaml)
+    hyp = load_hyp("hyp.scratch.yaml")
+    model = Model("yolov5s.yaml", nc=data["nc"]).to(device).train()
+    hyp["cls"] *= data["nc"] / 80
+    hyp["obj"] *= (img / 640) ** 2
+    compute_loss = ComputeLoss(model, hyp)
+    optimizer = train.smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
+    scaler = torch.amp.GradScaler(device.type, growth_interval=50)  # grows after 50 clean steps: the scale must move
+    loader = create_dataloader(data["train"], img, batch, 32, hyp=hyp, augment=True, workers=workers, shuffle=True,
+                               nc=data["nc"])[0]
+    losses, scales, skipped = [], [scaler.get_scale()], 0
+    t0 = time.time()
+    while len(losses) < steps:
+        for imgs, targets, _, _ in loader:
+            imgs = imgs.to(device, non_blocking=True).float() / 255
+            # Linear warmup of the lr over the first 50 steps, as train.py warms up, so the check is not fragile.
+            for j, group in enumerate(optimizer.param_groups):
+                group["lr"] = hyp["lr0"] * min(1.0, (len(losses) + 1) / 50) if j else hyp["lr0"]
+            with torch.autocast(device.type, dtype=low):
+                pred = model(imgs)
+                loss, items = compute_loss(pred, targets.to(device))
+            check(bool(torch.isfinite(loss).all()), f"non-finite loss {items.tolist()} at step {len(losses)}")
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+            before = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            skipped += scaler.get_scale() < before  # a shrinking scale means the step was skipped (inf grads)
+            optimizer.zero_grad()
+            losses.append(float(loss) / imgs.shape[0])
+            scales.append(scaler.get_scale())
+            if len(losses) >= steps:
+                break
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    step_ms = (time.time() - t0) / steps * 1000
+    first, last = sum(losses[:20]) / 20, sum(losses[-20:]) / 20
+    check(len(set(scales)) > 1, f"GradScaler scale never moved from {scales[0]}")
+    check(last < first, f"loss did not fall: {first:.4f} over the first 20 steps, {last:.4f} over the last 20")
+
+    # Checkpoint round trip: FP16 weights plus optimizer and scaler state, loadable without unpickling code
+    file = folder / "amp_check.pt"
+    save_checkpoint(checkpoint_dict(model, optimizer=optimizer.state_dict(), scaler=scaler.state_dict()), file)
+    ckpt = torch.load(file, map_location="cpu", weights_only=True)
+    check(all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point()),
+          "checkpoint weights are not all FP16")
+    restored = torch.amp.GradScaler(device.type)
+    restored.load_state_dict(ckpt["scaler"])
+    check(restored.get_scale() == scaler.get_scale(), "GradScaler scale not restored from the checkpoint")
+    fp32 = load_model(file, device=device)
+    fp16 = load_model(file, device=device).to(low)
+    with torch.no_grad():
+        y32 = fp32(imgs[:4])[0]
+        y16 = fp16(imgs[:4].to(low))[0].float()
+    conf_diff = float((y16[..., 4] - y32[..., 4]).abs().max())
+    check(bool(torch.isfinite(y16).all()) and conf_diff < 0.05, f"FP16 outputs differ from FP32 (conf {conf_diff:.3g})")
+    return {"steps": steps, "ms/step": round(step_ms, 1), "loss first20": round(first, 4),
+            "loss last20": round(last, 4), "scale start": scales[0], "scale end": scales[-1],
+            "scale distinct": len(set(scales)), "skipped steps": int(skipped),
+            "fp16 vs fp32 max conf diff": round(conf_diff, 5), "checkpoint MB": round(file.stat().st_size / 1e6, 2)}
+
+
+def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int, folder: Path, device: str) -> dict:
+    """Part 3: train.py on the GPU, then FP16 detection and FP16/FP32 validation of its best.pt."""
+    import detect
+    import train
+
+    t0 = time.time()
+    rc = train.main(train.parse_opt([
+        "--data", str(data_yaml), "--cfg", "yolov5s.yaml", "--weights", "", "--img", str(img), "--batch-size",
+        str(batch), "--epochs", str(epochs), "--device", device, "--workers", str(workers), "--project",
+        str(folder / "runs"), "--name", "gpu", "--exist-ok", "--amp"]))
+    train_s = time.time() - t0
+    check(rc == 0, f"train.py exited with {rc}")
+    run_dir = folder / "runs" / "gpu"
+    best = run_dir / "weights" / "best.pt"
+    ckpt = torch.load(best, map_location="cpu", weights_only=True)
+    check(all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point()),
+          "best.pt weights are not all FP16")
+    check("optimizer" not in ckpt, "best.pt still holds the optimizer")
+    rows = (run_dir / "results.csv").read_text().strip().splitlines()
+    check(len(rows) == epochs + 1, f"results.csv has {len(rows) - 1} epoch rows, expected {epochs}")
+    last_row = dict(zip(rows[0].split(","), rows[-1].split(",")))
+    check(all(math.isfinite(float(v)) for v in last_row.values()), f"non-finite values in results.csv: {rows[-1]}")
+
+    data = load_data_config(data_yaml)
+    val_dir = data["val"]
+    on_gpu = device != "cpu"
+    found = detect.run(weights=best, source=val_dir, imgsz=img, device=device, half=on_gpu, conf_thres=0.1,
+                       nosave=True, project=folder / "detect", name="fp16", exist_ok=True)
+    n_boxes = sum(len(r.boxes) for r in found.results)
+    check(all(torch.isfinite(torch.as_tensor(r.boxes)).all() for r in found.results), "non-finite FP16 detections")
+
+    validate = train._test_module().run
+    maps = {}
+    for half in (True, False):
+        (p, r, map50, map5095, *_), _, _ = validate(data, batch_size=batch, imgsz=img, half=half,
+                                                    model=load_model(best, device=train.select_device(device)),
+                                                    plots=False,
+                                                    save_dir=folder / "val")
+        maps[half] = map5095
+    check(abs(maps[True] - maps[False]) < 0.01, f"FP16 mAP50-95 {maps[True]:.4f} vs FP32 {maps[False]:.4f}")
+    return {"train.py wall s": round(train_s, 1), "final epoch": rows[-1],
+            "best.pt MB": round(best.stat().st_size / 1e6, 2),
+            "fp16 detections (conf>0.1)": n_boxes, "detect ms/img": [round(x, 2) for x in found.speed_ms],
+            "mAP50-95 fp16": round(maps[True], 4), "mAP50-95 fp32": round(maps[False], 4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300, help="AMP training steps of part 1")
+    ap.add_argument("--img", type=int, default=320)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=5, help="train.py epochs of part 3")
+    ap.add_argument("--n-train", type=int, default=1024, help="shapes training images to generate")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--device", default="0", help="CUDA device index, or cpu for a bfloat16 smoke test of the script")
+    args = ap.parse_args(argv)
+    if args.device != "cpu" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA GPU available here, nothing to check (run it on a machine with one)")
+        return 0
+    device = torch.device("cpu") if args.device == "cpu" else torch.device(f"cuda:{args.device}")
+    where = "CPU" if device.type == "cpu" else torch.cuda.get_device_name(device)
+    print(f"gpu_check on {where}, torch {torch.__version__}")
+    summary = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            data_yaml = make_shapes(folder, args.n_train, args.img)
+            summary["amp"] = amp_training(data_yaml, args.steps, args.img, args.batch, args.workers, folder, device)
+            summary["train.py"] = end_to_end(data_yaml, args.img, args.batch, args.epochs, args.workers, folder,
+                                             args.device)
+    except CheckFailed as e:
+        print(f"gpu_check FAILED: {e}")
+        for part, values in summary.items():
+            print(f"  {part}: {values}")
+        return 1
+    print("gpu_check passed")
+    for part, values in summary.items():
+        for k, v in values.items():
+            print(f"  {part:9s} {k:28s} {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
