@@ -1,4 +1,7 @@
-"""Image geometry and augmentation: letterbox resizing (shared by inference and training)."""
+"""Image geometry and augmentation: letterbox resizing (shared by inference and training) and training augmentation."""
+
+import math
+import random
 
 import cv2
 import numpy as np
@@ -34,3 +37,164 @@ def letterbox(
     if top or bottom or left or right:
         image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=color)
     return image, (r, r), (dw, dh)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Training augmentation. Targets are (n, 5) float arrays [cls, x1, y1, x2, y2] in pixels unless noted otherwise.
+# Randomness comes from Python's `random` and NumPy's global generator, both seeded per dataloader worker.
+
+
+def augment_hsv(image: np.ndarray, hgain: float = 0.5, sgain: float = 0.5, vgain: float = 0.5) -> None:
+    """Randomly scale hue, saturation and value of a BGR uint8 image in place (lookup tables: fast)."""
+    if not (hgain or sgain or vgain):
+        return
+    gains = np.random.uniform(-1, 1, 3) * (hgain, sgain, vgain) + 1
+    hue, sat, val = cv2.split(cv2.cvtColor(image, cv2.COLOR_BGR2HSV))
+    x = np.arange(256, dtype=np.float32)
+    lut_hue = ((x * gains[0]) % 180).astype(np.uint8)  # OpenCV hue wraps at 180
+    lut_sat = np.clip(x * gains[1], 0, 255).astype(np.uint8)
+    lut_val = np.clip(x * gains[2], 0, 255).astype(np.uint8)
+    hsv = cv2.merge((cv2.LUT(hue, lut_hue), cv2.LUT(sat, lut_sat), cv2.LUT(val, lut_val)))
+    cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=image)
+
+
+def mosaic4(
+    images: list[np.ndarray], targets: list[np.ndarray], size: int, center: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tile four images around center (xc, yc) on a grey (2*size, 2*size) canvas: top-left, top-right,
+    bottom-left, bottom-right, each touching the centre. Targets are per-image pixel [cls, x1, y1, x2, y2];
+    the result's targets are shifted onto the canvas and clipped to it."""
+    canvas_size = 2 * size
+    canvas = np.full((canvas_size, canvas_size, images[0].shape[2]), 114, dtype=np.uint8)
+    xc, yc = center
+    placed = []
+    for i, (image, t) in enumerate(zip(images, targets)):
+        h, w = image.shape[:2]
+        # canvas region (a) for this tile, then the matching crop of the image (b)
+        x1a = max(xc - w, 0) if i in (0, 2) else xc
+        x2a = xc if i in (0, 2) else min(xc + w, canvas_size)
+        y1a = max(yc - h, 0) if i in (0, 1) else yc
+        y2a = yc if i in (0, 1) else min(yc + h, canvas_size)
+        x1b = w - (x2a - x1a) if i in (0, 2) else 0
+        y1b = h - (y2a - y1a) if i in (0, 1) else 0
+        canvas[y1a:y2a, x1a:x2a] = image[y1b:y1b + (y2a - y1a), x1b:x1b + (x2a - x1a)]
+        t = np.asarray(t, dtype=np.float32).reshape(-1, 5).copy()
+        t[:, [1, 3]] += x1a - x1b
+        t[:, [2, 4]] += y1a - y1b
+        placed.append(t)
+    out = np.concatenate(placed, 0)
+    np.clip(out[:, 1:], 0, canvas_size, out=out[:, 1:])
+    return canvas, out
+
+
+def perspective_matrix(
+    in_shape: tuple[int, int],
+    out_shape: tuple[int, int],
+    degrees: float = 0.0,
+    translate: float = 0.1,
+    scale: float = 0.5,
+    shear: float = 0.0,
+    perspective: float = 0.0,
+) -> tuple[np.ndarray, float]:
+    """Random 3x3 warp from an (h, w) image to an (h, w) output, and its scale factor.
+
+    Order: centre the input on the origin, perspective, rotate + scale, shear, then translate to the output
+    centre plus a random offset of up to `translate` of the output size.
+    """
+    centre = np.eye(3)
+    centre[0, 2], centre[1, 2] = -in_shape[1] / 2, -in_shape[0] / 2
+    persp = np.eye(3)
+    persp[2, 0], persp[2, 1] = np.random.uniform(-perspective, perspective, 2)
+    rot = np.eye(3)
+    angle = random.uniform(-degrees, degrees)
+    s = random.uniform(1 - scale, 1 + scale)
+    rot[:2] = cv2.getRotationMatrix2D(center=(0, 0), angle=angle, scale=s)
+    sh = np.eye(3)
+    sh[0, 1] = math.tan(math.radians(random.uniform(-shear, shear)))
+    sh[1, 0] = math.tan(math.radians(random.uniform(-shear, shear)))
+    move = np.eye(3)
+    move[0, 2] = random.uniform(0.5 - translate, 0.5 + translate) * out_shape[1]
+    move[1, 2] = random.uniform(0.5 - translate, 0.5 + translate) * out_shape[0]
+    return move @ sh @ rot @ persp @ centre, s
+
+
+def warp_targets(targets: np.ndarray, matrix: np.ndarray, out_shape: tuple[int, int]) -> np.ndarray:
+    """Warp pixel boxes [cls, x1, y1, x2, y2] with a 3x3 matrix: the enclosing box of the moved corners,
+    clipped to the (h, w) output."""
+    n = len(targets)
+    if not n:
+        return targets.reshape(0, 5).astype(np.float32)
+    corners = np.ones((n * 4, 3))
+    corners[:, :2] = targets[:, [1, 2, 3, 4, 1, 4, 3, 2]].reshape(n * 4, 2)  # x1y1, x2y2, x1y2, x2y1
+    moved = corners @ matrix.T
+    xy = (moved[:, :2] / moved[:, 2:3] if matrix[2, 0] or matrix[2, 1] else moved[:, :2]).reshape(n, 8)
+    x, y = xy[:, 0::2], xy[:, 1::2]
+    boxes = np.stack((x.min(1), y.min(1), x.max(1), y.max(1)), 1)
+    boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, out_shape[1])
+    boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, out_shape[0])
+    return np.concatenate((targets[:, :1], boxes), 1).astype(np.float32)
+
+
+def box_candidates(
+    box1: np.ndarray, box2: np.ndarray, wh_thr: float = 2, ar_thr: float = 100, area_thr: float = 0.1,
+    eps: float = 1e-16,
+) -> np.ndarray:
+    """Boxes (4, n) x1y1x2y2 before (box1, already scaled) and after (box2) augmentation: keep those still
+    wider/taller than wh_thr px, with more than area_thr of their area left and aspect ratio under ar_thr."""
+    w1, h1 = box1[2] - box1[0], box1[3] - box1[1]
+    w2, h2 = box2[2] - box2[0], box2[3] - box2[1]
+    aspect = np.maximum(w2 / (h2 + eps), h2 / (w2 + eps))
+    return (w2 > wh_thr) & (h2 > wh_thr) & (w2 * h2 / (w1 * h1 + eps) > area_thr) & (aspect < ar_thr)
+
+
+def random_perspective(
+    image: np.ndarray,
+    targets: np.ndarray = (),
+    degrees: float = 10,
+    translate: float = 0.1,
+    scale: float = 0.1,
+    shear: float = 10,
+    perspective: float = 0.0,
+    border: tuple[int, int] = (0, 0),
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random rotation, scale, shear, translation and perspective of an image and its pixel targets.
+
+    The output is the input size plus 2 * border (h, w); a negative border crops (mosaic: 2s -> s).
+    Boxes that become too small, too thin or mostly cut off are dropped.
+    """
+    out_shape = (image.shape[0] + 2 * border[0], image.shape[1] + 2 * border[1])
+    matrix, s = perspective_matrix(image.shape[:2], out_shape, degrees, translate, scale, shear, perspective)
+    if any(border) or not np.array_equal(matrix, np.eye(3)):
+        size = (out_shape[1], out_shape[0])
+        if perspective:
+            image = cv2.warpPerspective(image, matrix, dsize=size, borderValue=(114, 114, 114))
+        else:
+            image = cv2.warpAffine(image, matrix[:2], dsize=size, borderValue=(114, 114, 114))
+    targets = np.asarray(targets, dtype=np.float32).reshape(-1, 5)
+    if len(targets):
+        new = warp_targets(targets, matrix, out_shape)
+        keep = box_candidates(targets[:, 1:5].T * s, new[:, 1:5].T, area_thr=0.10)
+        targets = new[keep]
+    return image, targets
+
+
+def mixup(image: np.ndarray, labels: np.ndarray, image2: np.ndarray, labels2: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Blend two same-size images with a Beta(32, 32) ratio and keep both label sets (MixUp)."""
+    r = np.random.beta(32.0, 32.0)
+    blended = cv2.addWeighted(image, r, image2, 1 - r, 0)
+    return blended, np.concatenate((labels, labels2), 0)
+
+
+def random_flip(image: np.ndarray, labels: np.ndarray, fliplr: float = 0.5, flipud: float = 0.0
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Flip left-right / up-down with the given probabilities; labels are normalised [cls, cx, cy, w, h]."""
+    if flipud and random.random() < flipud:
+        image = np.flipud(image)
+        if len(labels):
+            labels[:, 2] = 1 - labels[:, 2]
+    if fliplr and random.random() < fliplr:
+        image = np.fliplr(image)
+        if len(labels):
+            labels[:, 1] = 1 - labels[:, 1]
+    return image, labels

@@ -1,0 +1,288 @@
+"""The project's speed figures on this machine, as a markdown table and a JSON file.
+
+Usage:
+    python benchmarks/run.py                      # everything that applies to this machine
+    python benchmarks/run.py --only detect metric # some sections: detect test train metric cuda
+    python benchmarks/run.py --device 0           # CUDA figures too (AMP vs float32, FP16 vs float32)
+
+Every figure is taken after a warm-up, as the min and median of several runs. COCO128 and the official
+yolov5n.pt come from ../shared (or --coco128 / --weights); yolov5s is timed with random weights (same speed).
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from utils.torch_utils import cpu_supports_bf16, select_device  # noqa: E402
+
+SHARED = REPO.parent / "shared"
+
+
+def _stats(values: list[float]) -> dict:
+    return {"min": round(min(values), 2), "median": round(statistics.median(values), 2), "runs": len(values)}
+
+
+def _random_weights(cfg: str, folder: Path) -> Path:
+    """A checkpoint of a randomly initialised model: same speed as trained weights, nothing to download."""
+    from models.yolo import Model
+    from utils.checkpoint import checkpoint_dict, save_checkpoint
+
+    path = folder / f"{Path(cfg).stem}-random.pt"
+    save_checkpoint(checkpoint_dict(Model(cfg).eval()), path)
+    return path
+
+
+def bench_detect(weights: dict[str, Path], image: Path, device: str, runs: int, tmp: Path) -> list[dict]:
+    """detect.py's own pipeline on one image repeated: per-image inference, mean pre-process and NMS."""
+    import detect
+
+    listing = tmp / "images.txt"
+    listing.write_text("\n".join([str(image)] * runs) + "\n")
+    rows = []
+    precisions = ["float32"] + (["bf16"] if device == "cpu" and cpu_supports_bf16() else [])
+    precisions += ["fp16"] if device != "cpu" else []
+    for name, path in weights.items():
+        for precision in precisions:
+            result = detect.run(weights=path, source=listing, imgsz=640, device=device, nosave=True,
+                                project=tmp / "detect", bf16=precision == "bf16",
+                                half=True if precision == "fp16" else False if device != "cpu" else None)
+            inference = [r.inference_ms for r in result.results]
+            rows.append({"model": name, "precision": precision, "shape": list(result.results[0].shape),
+                         "preprocess_ms": round(result.speed_ms[0], 2), "inference_ms": _stats(inference),
+                         "nms_ms": round(result.speed_ms[2], 2)})
+    return rows
+
+
+def _coco128_yaml(root: Path, tmp: Path) -> Path:
+    """A data YAML for COCO128 at root, with its official annotation file as ground truth when present."""
+    ann = root / "annotations" / "instances_train2017.json"
+    lines = [f"path: {root}", "train: images/train2017", "val: images/train2017"]
+    lines += [f"ann_json: {ann}"] if ann.is_file() else []
+    names = json.dumps(__import__("utils.metrics", fromlist=["COCO80_NAMES"]).COCO80_NAMES)
+    (tmp / "coco128.yaml").write_text("\n".join(lines + ["nc: 80", f"names: {names}"]) + "\n")
+    return tmp / "coco128.yaml"
+
+
+def _timed_command(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, *args], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def bench_test(data: Path, weights: Path, device: str, tmp: Path, repeats: int) -> dict:
+    """Whole `python test.py` wall time on COCO128 at 640 (batch 32), and its images per second."""
+    walls, per_image = [], []
+    for i in range(repeats):
+        name = f"test{i}"
+        walls.append(_timed_command(["test.py", "--data", str(data), "--weights", str(weights), "--img", "640",
+                                     "--batch-size", "32", "--device", device, "--no-plots", "--project",
+                                     str(tmp), "--name", name]))
+        speed = json.loads((tmp / name / "results.json").read_text())["speed_ms"]
+        per_image.append(sum(speed.values()))
+    return {"wall_s": _stats(walls), "images_per_s": round(1000 / min(per_image), 1)}
+
+
+def bench_train_epoch(data: Path, weights: Path, device: str, tmp: Path) -> dict:
+    """Wall time of one fine-tuning epoch on COCO128 at 320, validation included (the README command)."""
+    wall = _timed_command(["train.py", "--data", str(data), "--weights", str(weights), "--img", "320",
+                           "--batch-size", "16", "--epochs", "1", "--workers", "2", "--device", device,
+                           "--project", str(tmp), "--name", "train", "--exist-ok"])
+    return {"wall_s": round(wall, 1)}
+
+
+def bench_train_steps(data: Path, device: str, imgsz: int, batch: int, steps: int, cfg: str = "yolov5n.yaml") -> dict:
+    """Training steps (forward, loss, backward, SGD) per second on real augmented batches, and the loader alone."""
+    from models.yolo import Model
+    from utils.datasets import create_dataloader, load_data_config, load_hyp
+    from utils.loss import ComputeLoss
+
+    dev = select_device(device)
+    cfg_data = load_data_config(data)
+    hyp = load_hyp(REPO / "data" / "hyp.scratch.yaml")
+    loader, _ = create_dataloader(cfg_data["train"], imgsz, batch, 32, hyp=hyp, augment=True, workers=2,
+                                  shuffle=True)
+    t0, n = time.perf_counter(), 0
+    batches = []
+    for i, b in enumerate(loader):
+        batches.append(b)
+        n += b[0].shape[0]
+        if i + 1 == steps:
+            break
+    loader_ips = n / (time.perf_counter() - t0)
+
+    model = Model(cfg, nc=cfg_data["nc"]).to(dev).train()
+    model.hyp = hyp
+    compute_loss = ComputeLoss(model, hyp)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, nesterov=True)
+    times = []
+    for i, (imgs, targets, _, _) in enumerate(batches * 2):
+        t = time.perf_counter()
+        loss, _ = compute_loss(model(imgs.to(dev).float() / 255), targets.to(dev))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if i >= 1:  # the first step pays one-off allocation costs
+            times.append(time.perf_counter() - t)
+    return {"imgsz": imgsz, "batch": batch, "train_images_per_s": round(batch / statistics.median(times), 1),
+            "loader_images_per_s": round(loader_ips, 1)}
+
+
+def bench_metric(n_images: int) -> dict:
+    """The metric step against pycocotools' evaluate() + accumulate() on COCO-val-sized synthetic input."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import metric_speed
+
+    return metric_speed.run(n_images=n_images)
+
+
+def bench_cuda(device: str, steps: int) -> dict:
+    """yolov5s at 640: AMP vs float32 training (batch 64) and FP16 vs float32 inference (batch 32)."""
+    from models.yolo import Model
+    from utils.loss import ComputeLoss
+
+    dev = select_device(device)
+    hyp = {"box": 0.05, "obj": 1.0, "cls": 0.5, "cls_pw": 1.0, "obj_pw": 1.0, "anchor_t": 4.0, "fl_gamma": 0.0,
+           "label_smoothing": 0.0}
+    out = {"gpu": torch.cuda.get_device_name(dev)}
+    images = torch.rand(64, 3, 640, 640, device=dev)
+    g = torch.Generator().manual_seed(0)
+    targets = torch.cat((torch.arange(64).repeat_interleave(8)[:, None].float(), torch.randint(0, 80, (512, 1)).float(),
+                         torch.rand(512, 2, generator=g) * 0.8 + 0.1, torch.rand(512, 2, generator=g) * 0.3 + 0.02),
+                        1).to(dev)
+    for amp in (False, True):
+        torch.manual_seed(0)
+        model = Model("yolov5s.yaml").to(dev).train()
+        compute_loss = ComputeLoss(model, hyp)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, nesterov=True)
+        scaler = torch.amp.GradScaler("cuda", enabled=amp)
+        torch.cuda.reset_peak_memory_stats(dev)
+        times = []
+        for i in range(steps + 3):
+            torch.cuda.synchronize(dev)
+            t = time.perf_counter()
+            with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+                loss, _ = compute_loss(model(images), targets)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            torch.cuda.synchronize(dev)
+            if i >= 3:
+                times.append(time.perf_counter() - t)
+        key = "amp" if amp else "float32"
+        out[f"train_{key}"] = {"images_per_s": round(64 / statistics.median(times), 1),
+                               "peak_memory_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)}
+        del model, optimizer, compute_loss
+        torch.cuda.empty_cache()
+    model = Model("yolov5s.yaml").fuse().to(dev).eval()
+    batch = images[:32]
+    for half in (False, True):
+        m, x = (model.half(), batch.half()) if half else (model.float(), batch.float())
+        times = []
+        with torch.inference_mode():
+            for i in range(steps + 3):
+                torch.cuda.synchronize(dev)
+                t = time.perf_counter()
+                m(x)
+                torch.cuda.synchronize(dev)
+                if i >= 3:
+                    times.append(time.perf_counter() - t)
+        out[f"inference_{'fp16' if half else 'float32'}"] = {"images_per_s": round(32 / statistics.median(times), 1)}
+    out["amp_speedup"] = round(out["train_amp"]["images_per_s"] / out["train_float32"]["images_per_s"], 2)
+    out["amp_memory_ratio"] = round(out["train_amp"]["peak_memory_gib"] / out["train_float32"]["peak_memory_gib"], 2)
+    out["fp16_inference_speedup"] = round(out["inference_fp16"]["images_per_s"]
+                                          / out["inference_float32"]["images_per_s"], 2)
+    return out
+
+
+def markdown(results: dict) -> str:
+    """The results as a markdown table, one row per figure."""
+    rows = [f"Machine: {results['machine']}", "", "| benchmark | figure |", "| --- | --- |"]
+    for r in results.get("detect", []):
+        inf = r["inference_ms"]
+        rows.append(f"| detect {r['model']} {r['precision']} at {r['shape'][0]}x{r['shape'][1]} image, batch 1 | "
+                    f"{r['preprocess_ms']} ms pre-process, {inf['min']}/{inf['median']} ms inference (min/median "
+                    f"of {inf['runs']}), {r['nms_ms']} ms NMS |")
+    if "test" in results:
+        t = results["test"]
+        rows.append(f"| test.py COCO128 at 640, batch 32 (whole command) | {t['wall_s']['min']} s wall (min of "
+                    f"{t['wall_s']['runs']}), {t['images_per_s']} images/s |")
+    if "train_epoch" in results:
+        rows.append(f"| train.py 1 epoch COCO128 at 320, batch 16, with validation | "
+                    f"{results['train_epoch']['wall_s']} s wall |")
+    for r in results.get("train_steps", []):
+        rows.append(f"| training yolov5n at {r['imgsz']}, batch {r['batch']} | {r['train_images_per_s']} images/s "
+                    f"(loader alone, 2 workers: {r['loader_images_per_s']} images/s) |")
+    if "metric" in results:
+        m = results["metric"]
+        rows.append(f"| metric step, {m['images']} images, {m['gt_boxes']} boxes, {m['detections']} detections | "
+                    f"{m['ours_s']:.2f} s vs pycocotools evaluate+accumulate {m['pycocotools_s']:.2f} s: "
+                    f"{m['speedup']:.1f}x (max difference {m['max_abs_diff']:.1e}) |")
+    if "cuda" in results:
+        c = results["cuda"]
+        rows.append(f"| {c['gpu']} yolov5s 640 training batch 64 | float32 {c['train_float32']['images_per_s']} "
+                    f"img/s, {c['train_float32']['peak_memory_gib']} GiB; AMP {c['train_amp']['images_per_s']} img/s, "
+                    f"{c['train_amp']['peak_memory_gib']} GiB ({c['amp_speedup']}x speed, {c['amp_memory_ratio']}x "
+                    "memory) |")
+        rows.append(f"| {c['gpu']} yolov5s 640 inference batch 32 | float32 "
+                    f"{c['inference_float32']['images_per_s']} img/s, FP16 {c['inference_fp16']['images_per_s']} "
+                    f"img/s ({c['fp16_inference_speedup']}x) |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", default=["detect", "test", "train", "metric", "cuda"],
+                        choices=["detect", "test", "train", "metric", "cuda"])
+    parser.add_argument("--device", default="cpu", help="cpu, or a CUDA index for the GPU figures")
+    parser.add_argument("--weights", type=Path, default=SHARED / "weights" / "yolov5n.pt")
+    parser.add_argument("--coco128", type=Path, default=SHARED / "datasets" / "coco128")
+    parser.add_argument("--image", type=Path, default=SHARED / "images" / "bus.jpg")
+    parser.add_argument("--runs", type=int, default=20, help="timed repetitions for detect")
+    parser.add_argument("--metric-images", type=int, default=5000)
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "benchmarks")
+    opt = parser.parse_args(argv)
+    for needed in (opt.weights, opt.coco128, opt.image):
+        if not needed.exists():
+            print(f"ERROR: {needed} not found (pass --weights, --coco128 or --image)")
+            return 1
+    cuda = opt.device != "cpu" and torch.cuda.is_available()
+    results = {"machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
+                          f"torch {torch.__version__}" + (f", {torch.cuda.get_device_name(0)}" if cuda else "")}
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        data = _coco128_yaml(opt.coco128, tmp)
+        if "detect" in opt.only:
+            weights = {"yolov5n": opt.weights, "yolov5s (random weights)": _random_weights("yolov5s.yaml", tmp)}
+            results["detect"] = bench_detect(weights, opt.image, opt.device, opt.runs, tmp)
+        if "test" in opt.only:
+            results["test"] = bench_test(data, opt.weights, opt.device, tmp, repeats=2)
+        if "train" in opt.only:
+            results["train_epoch"] = bench_train_epoch(data, opt.weights, opt.device, tmp)
+            results["train_steps"] = [bench_train_steps(data, opt.device, s, 16, 6) for s in (320, 640)]
+        if "metric" in opt.only:
+            results["metric"] = bench_metric(opt.metric_images)
+        if "cuda" in opt.only and cuda:
+            results["cuda"] = bench_cuda(opt.device, steps=10)
+    opt.out.mkdir(parents=True, exist_ok=True)
+    (opt.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    (opt.out / "results.md").write_text(table)
+    print(table)
+    print(f"Saved {opt.out / 'results.md'} and {opt.out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The synthetic shapes dataset: deterministic, quick to make, valid labels that match the drawn shapes."""
+
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+
+from utils.datasets import ROOT, LoadImagesAndLabels
+from utils.shapes import CLASSES, COLORS, N_TRAIN, N_VAL, generate_shapes
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def default_set(tmp_path_factory) -> tuple[Path, float]:
+    """The dataset with the shapes.yaml defaults, and how long it took."""
+    t = time.perf_counter()
+    root = generate_shapes(tmp_path_factory.mktemp("shapes") / "shapes")
+    return root, time.perf_counter() - t
+
+
+def test_default_dataset(default_set, tmp_path, monkeypatch):
+    monkeypatch.setenv("YOLO_CACHE_DIR", str(tmp_path))
+    root, seconds = default_set
+    assert seconds < 10, f"generation took {seconds:.1f} s"
+    for split, n in (("train", N_TRAIN), ("val", N_VAL)):
+        ds = LoadImagesAndLabels(root / "images" / split, img_size=256, nc=len(CLASSES))
+        assert len(ds) == n and (ds.shapes == 256).all()  # nothing corrupt, every image 256x256
+        counts = [len(lb) for lb in ds.labels]
+        assert min(counts) >= 1 and max(counts) <= 5
+        labels = np.concatenate(ds.labels)
+        assert sorted(set(labels[:, 0].astype(int).tolist())) == list(range(len(CLASSES)))  # every class present
+        assert labels[:, 3:].min() > 0.08 and labels[:, 3:].max() < 0.45  # not tiny, not huge
+
+
+def test_labels_match_drawn_shapes(default_set):
+    root, _ = default_set
+    checked = 0
+    for label_file in sorted((root / "labels" / "val").glob("*.txt"))[:20]:
+        image = cv2.imread(str(root / "images" / "val" / f"{label_file.stem}.jpg")).astype(int)
+        for line in label_file.read_text().splitlines():
+            cls, cx, cy, w, h = (float(v) for v in line.split())
+            x1, y1, x2, y2 = (round(v * 256) for v in (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
+            crop = image[y1:y2, x1:x2]
+            near = [(np.abs(crop - np.array(c)).sum(-1) < 110).mean() for c in COLORS]
+            assert int(np.argmax(near)) == int(cls) and near[int(cls)] > 0.25, (label_file.name, line, near)
+            # the shape reaches all four sides of its box (within 3 px: anti-aliased star tips are faint)
+            mask = np.abs(crop - np.array(COLORS[int(cls)])).sum(-1) < 110
+            assert mask[:3].any() and mask[-3:].any() and mask[:, :3].any() and mask[:, -3:].any()
+            checked += 1
+    assert checked >= 30
+
+
+def test_deterministic_and_seeded(tmp_path):
+    a = files(generate_shapes(tmp_path / "a", 12, 4, 128, seed=5))
+    b = files(generate_shapes(tmp_path / "b", 12, 4, 128, seed=5))
+    c = files(generate_shapes(tmp_path / "c", 12, 4, 128, seed=6))
+    assert len(a) == 2 * (12 + 4) and a == b
+    assert a.keys() == c.keys() and all(a[k] != c[k] for k in a if k.endswith(".jpg"))
+    # val does not depend on the size of train; regenerating replaces the splits, leaving no stale files
+    d = files(generate_shapes(tmp_path / "a", 6, 4, 128, seed=5))
+    assert {k: v for k, v in d.items() if "val" in k} == {k: v for k, v in a.items() if "val" in k}
+    assert len(d) == 2 * (6 + 4)
+    assert not list(tmp_path.glob(".*tmp*"))  # the staging folder is gone
+
+
+def test_shapes_yaml_matches_generator():
+    data = yaml.safe_load((ROOT / "data" / "shapes.yaml").read_text())
+    assert data["generate"] == "shapes" and data["nc"] == len(CLASSES) and tuple(data["names"]) == CLASSES
+    assert data["path"] == "../datasets/shapes" and (data["train"], data["val"]) == ("images/train", "images/val")

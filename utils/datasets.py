@@ -1,0 +1,762 @@
+"""Datasets: data/hyp YAML loading, image + label verification with a safe cache, the training/validation
+dataset (letterbox, rectangular batches, mosaic) and its dataloader."""
+
+import hashlib
+import math
+import os
+import random
+import subprocess
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+import yaml
+from torch.utils.data import DataLoader, Dataset, distributed
+
+from utils.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, random_perspective
+from utils.boxes import xywhn2xyxy, xyxy2xywhn
+from utils.log import LOGGER
+
+try:  # Pillow comes with matplotlib; used only to read image headers (size, EXIF) when verifying
+    from PIL import Image, UnidentifiedImageError
+except ImportError:  # pragma: no cover - verification falls back to a full OpenCV decode
+    Image = None
+
+ROOT = Path(__file__).resolve().parents[1]
+IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
+CACHE_VERSION = 1
+MIN_SIZE = 10  # images smaller than this (px) on any side are rejected
+OVERSHOOT = 0.01  # normalised coordinates this far outside [0, 1] are clipped; further is an error
+HYP_KEYS = (
+    "lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum", "warmup_bias_lr",
+    "box", "cls", "cls_pw", "obj", "obj_pw", "iou_t", "anchor_t", "fl_gamma",
+    "hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
+    "flipud", "fliplr", "mosaic", "mixup", "copy_paste",
+)
+HYP_OPTIONAL = ("anchors",)  # YOLOv5 allows anchors-per-layer here to override the model's anchors
+cv2.setNumThreads(0)  # dataloader workers parallelise; OpenCV's own threads would oversubscribe the cores
+
+
+class DatasetError(Exception):
+    """A dataset, data YAML or hyperparameter file that cannot be used; the message is one line."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# YAML files
+
+
+def _resolve_yaml(path: str | Path, kind: str) -> Path:
+    """A YAML path as given, or a bare file name looked up in the repo's data/ folder."""
+    p = Path(path)
+    if p.is_file():
+        return p.resolve()
+    if not p.suffix:
+        p = p.with_suffix(".yaml")
+    for candidate in (p, ROOT / "data" / p, ROOT / "data" / p.name):
+        if candidate.is_file():
+            return candidate.resolve()
+    raise DatasetError(f"{kind} file '{path}' not found (looked in the current folder and {ROOT / 'data'})")
+
+
+def _read_yaml(path: Path, kind: str) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise DatasetError(f"{kind} file {path} could not be read: {' '.join(str(e).split())}") from None
+    if not isinstance(data, dict):
+        raise DatasetError(f"{kind} file {path} must hold a YAML mapping (key: value lines)")
+    return data
+
+
+def load_hyp(path: str | Path) -> dict:
+    """Read a hyperparameter YAML (YOLOv5 keys); unknown, missing or non-numeric values are errors."""
+    file = _resolve_yaml(path, "hyperparameter")
+    hyp = _read_yaml(file, "hyperparameter")
+    unknown = sorted(set(hyp) - set(HYP_KEYS) - set(HYP_OPTIONAL))
+    if unknown:
+        raise DatasetError(f"{file}: unknown hyperparameter(s) {', '.join(unknown)} (valid: {', '.join(HYP_KEYS)})")
+    missing = [k for k in HYP_KEYS if k not in hyp]
+    if missing:
+        raise DatasetError(f"{file}: missing hyperparameter(s) {', '.join(missing)}")
+    for k, v in hyp.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise DatasetError(f"{file}: hyperparameter {k} must be a finite number, got {v!r}")
+    return {k: float(v) if k != "anchors" else v for k, v in hyp.items()}
+
+
+def _dataset_root(value, yaml_file: Path) -> Path:
+    """The data YAML's `path`: absolute, or relative to the repo root as in YOLOv5 (../datasets/x), falling
+    back to the YAML's folder; without one, the YAML's folder."""
+    if not value:
+        return yaml_file.parent
+    p = Path(str(value)).expanduser()
+    if p.is_absolute():
+        return p
+    from_root, from_yaml = (ROOT / p).resolve(), (yaml_file.parent / p).resolve()
+    return from_yaml if not from_root.exists() and from_yaml.exists() else from_root
+
+
+def _names_list(names, nc, file: Path) -> list[str]:
+    if names is None:
+        if nc is None:
+            raise DatasetError(f"{file}: needs 'names' (a list of class names) or 'nc'")
+        return [f"class{i}" for i in range(int(nc))]
+    if isinstance(names, dict):
+        try:
+            by_index = {int(k): str(v) for k, v in names.items()}
+        except (TypeError, ValueError):
+            raise DatasetError(f"{file}: 'names' keys must be class indices 0, 1, ...") from None
+        if sorted(by_index) != list(range(len(by_index))):
+            raise DatasetError(f"{file}: 'names' keys must be 0..{len(by_index) - 1} with none missing")
+        return [by_index[i] for i in range(len(by_index))]
+    if isinstance(names, (list, tuple)):
+        return [str(n) for n in names]
+    raise DatasetError(f"{file}: 'names' must be a list or a {{index: name}} mapping")
+
+
+def _split_paths(value, root: Path):
+    """A split entry (str or list of str) made absolute against the dataset root."""
+    if value is None or value == "":
+        return None
+
+    def one(x) -> str:
+        p = Path(str(x)).expanduser()
+        if p.is_absolute():
+            return str(p)
+        q = (root / p).resolve()
+        if not q.exists() and str(x).startswith("../"):  # YOLOv5 tolerates one '../' too many
+            q = (root / str(x)[3:]).resolve()
+        return str(q)
+
+    return [one(x) for x in value] if isinstance(value, (list, tuple)) else one(value)
+
+
+def _missing(split) -> list[str]:
+    if split is None:
+        return []
+    return [p for p in ([split] if isinstance(split, str) else split) if not Path(p).exists()]
+
+
+def load_data_config(path: str | Path) -> dict:
+    """Read a YOLOv5 data YAML: absolute split paths, nc, names (checked), ann_json; download or generate the
+    dataset when its splits are missing and the YAML says how."""
+    file = _resolve_yaml(path, "data")
+    data = _read_yaml(file, "data")
+    root = _dataset_root(data.get("path"), file)
+    names = _names_list(data.get("names"), data.get("nc"), file)
+    nc = data.get("nc", len(names))
+    if isinstance(nc, bool) or not isinstance(nc, int) or nc < 1:
+        raise DatasetError(f"{file}: 'nc' must be a positive integer, got {nc!r}")
+    if len(names) != nc:
+        raise DatasetError(f"{file}: nc is {nc} but {len(names)} names are given")
+    if not data.get("train") and not data.get("val"):
+        raise DatasetError(f"{file}: needs 'train' and/or 'val' split paths")
+    cfg = {
+        "path": str(root),
+        "train": _split_paths(data.get("train"), root),
+        "val": _split_paths(data.get("val"), root),
+        "test": _split_paths(data.get("test"), root),
+        "nc": nc,
+        "names": names,
+        "ann_json": _split_paths(data.get("ann_json"), root),
+        "download": data.get("download"),
+        "yaml_file": str(file),
+    }
+    missing = _missing(cfg["train"]) + _missing(cfg["val"])
+    if missing:
+        if data.get("generate") == "shapes":
+            from utils.shapes import generate_shapes  # lazy: only needed on first use
+
+            LOGGER.info(f"Generating the synthetic shapes dataset in {root} ...")
+            generate_shapes(root)
+        elif data.get("download"):
+            LOGGER.info(f"Dataset not found ({missing[0]}), downloading it ...")
+            download_dataset(data["download"], root)
+        else:
+            raise DatasetError(f"dataset not found: {missing[0]} does not exist and {file.name} has no 'download'")
+        still = _missing(cfg["train"]) + _missing(cfg["val"])
+        if still:
+            raise DatasetError(f"dataset still incomplete after download/generation: {still[0]} does not exist")
+    return cfg
+
+
+def download_dataset(spec, root: Path) -> None:
+    """Fetch a dataset: URL(s) of archives extracted beside `root` (../datasets), or a 'bash ...' command."""
+    root = Path(root)
+    if isinstance(spec, str) and spec.startswith("bash "):
+        result = subprocess.run(spec, shell=True, cwd=ROOT)
+        if result.returncode:
+            raise DatasetError(f"dataset download command failed with exit code {result.returncode}: {spec}")
+        return
+    urls = [spec] if isinstance(spec, str) else list(spec) if isinstance(spec, (list, tuple)) else []
+    if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
+        raise DatasetError(f"'download' must be a URL, a list of URLs or a 'bash ...' command; inline Python "
+                           f"is not run: download the dataset into {root} yourself")
+    from utils import downloads  # lazy: only needed when a dataset is missing
+
+    download_file = getattr(downloads, "download_file", None) or downloads.safe_download
+    parent = root.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    for url in urls:
+        try:
+            target = download_file(url, parent / Path(url.split("?")[0]).name)
+        except Exception as e:  # offline, HTTP error...: one line, whatever the downloader raised
+            raise DatasetError(f"dataset download failed: {e}") from None
+        if str(target).endswith(".zip"):
+            unzip(target, parent)
+            Path(target).unlink(missing_ok=True)
+
+
+def unzip(file: str | Path, dest: str | Path) -> Path:
+    """Extract a zip archive into dest, refusing members that would land outside it."""
+    dest = Path(dest).resolve()
+    try:
+        with zipfile.ZipFile(file) as zf:
+            for member in zf.namelist():
+                if not (dest / member).resolve().is_relative_to(dest):
+                    raise DatasetError(f"{file}: archive member '{member}' points outside {dest}")
+            zf.extractall(dest)
+    except zipfile.BadZipFile:
+        raise DatasetError(f"{file} is not a valid zip archive") from None
+    return dest
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Finding images and verifying them with their labels
+
+
+def img2label_paths(img_paths: list[str]) -> list[str]:
+    """Label file of each image: the last '/images/' path component becomes '/labels/', the extension '.txt'."""
+    sa, sb = f"{os.sep}images{os.sep}", f"{os.sep}labels{os.sep}"
+    return [os.path.splitext(sb.join(p.rsplit(sa, 1)))[0] + ".txt" for p in img_paths]
+
+
+def list_image_files(path, prefix: str = "") -> list[str]:
+    """Image files of a split: a folder (searched recursively), a .txt list of images, an image, or a list."""
+    files = []
+    for p in path if isinstance(path, (list, tuple)) else [path]:
+        p = Path(p)
+        if p.is_dir():
+            files += [str(f) for f in p.rglob("*.*")]
+        elif p.is_file() and p.suffix.lower() == ".txt":
+            parent = p.parent
+            try:
+                lines = p.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as e:
+                raise DatasetError(f"{prefix}cannot read image list {p}: {e}") from None
+            for line in lines:
+                line = line.strip()
+                if line:
+                    f = Path(line)
+                    files.append(str(f if f.is_absolute() else (parent / f).resolve()))
+        elif p.is_file():
+            files.append(str(p))
+        else:
+            raise DatasetError(f"{prefix}{p} does not exist")
+    images = sorted(f for f in files if f.rsplit(".", 1)[-1].lower() in IMG_FORMATS)
+    if not images:
+        raise DatasetError(f"{prefix}no images found in {path} (formats: {', '.join(IMG_FORMATS)})")
+    return images
+
+
+def _jpeg_truncated(file: str) -> bool:
+    """True when a JPEG lacks its end-of-image marker (FF D9) after the last scan (FF DA): a cut-off download.
+    Checks the last bytes first so that the whole file is read only for JPEGs with trailing data."""
+    with open(file, "rb") as f:
+        f.seek(max(os.path.getsize(file) - 64, 0))
+        if f.read().rstrip(b"\x00").endswith(b"\xff\xd9"):
+            return False
+        f.seek(0)
+        raw = f.read()
+    return raw.rfind(b"\xff\xd9") < raw.rfind(b"\xff\xda")  # FF D9 cannot occur inside entropy-coded data
+
+
+def _image_size(file: str) -> tuple[int, int]:
+    """(w, h) of an image as it will be loaded (EXIF rotation applied); raises on unreadable/truncated files."""
+    if Image is not None:
+        try:
+            with Image.open(file) as im:
+                im.verify()  # must come first; the file is then reopened to read the header
+            with Image.open(file) as im:
+                w, h = im.size
+                if im.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # rotated 90 or 270 degrees
+                    w, h = h, w
+                fmt = (im.format or "").lower()
+        except UnidentifiedImageError:
+            raise ValueError("not an image or unsupported format") from None
+        except Exception as e:  # Pillow raises many types for damaged files
+            raise ValueError(f"unreadable image ({' '.join(str(e).split())})") from None
+        if fmt in ("jpeg", "mpo") and _jpeg_truncated(file):
+            raise ValueError("truncated JPEG (no end-of-image marker after the last scan)")
+        return w, h
+    im = _imread(file)
+    if im is None:
+        raise ValueError("OpenCV cannot decode this file")
+    return im.shape[1], im.shape[0]
+
+
+def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, str]:
+    """Rows [cls, cx, cy, w, h] of a YOLO label file and a warning ('' if clean); raises ValueError if malformed.
+    Polygon rows (cls x1 y1 x2 y2 x3 y3 ...) become their enclosing box."""
+    rows = []
+    with open(file, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 5 and (len(parts) < 7 or len(parts) % 2 == 0):
+                raise ValueError(f"line {n}: labels need 5 columns (class cx cy w h), found {len(parts)}")
+            try:
+                values = [float(v) for v in parts]
+            except ValueError:
+                raise ValueError(f"line {n}: non-numeric value in '{line.strip()}'") from None
+            if not all(math.isfinite(v) for v in values):
+                raise ValueError(f"line {n}: non-finite value in '{line.strip()}'")
+            cls = values[0]
+            if cls != int(cls) or not 0 <= cls < nc:
+                raise ValueError(f"line {n}: class {parts[0]} is not an integer in [0, {nc})")
+            coords = values[1:]
+            if min(coords) < -OVERSHOOT or max(coords) > 1 + OVERSHOOT:
+                raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {' '.join(parts[1:])}")
+            if len(coords) > 4:  # polygon -> box
+                xs, ys = coords[0::2], coords[1::2]
+                x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
+            else:
+                cx, cy, w, h = coords
+                x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
+            rows.append((cls, x1, y1, x2, y2))
+    if not rows:
+        return np.zeros((0, 5), np.float32), ""
+    xyxy = np.array(rows, dtype=np.float64)
+    notes = []
+    edges = xyxy[:, 1:]
+    if (edges < 0).any() or (edges > 1).any():
+        np.clip(edges, 0, 1, out=edges)  # boxes overshooting the image edge are cut at it
+    degenerate = (xyxy[:, 3] <= xyxy[:, 1]) | (xyxy[:, 4] <= xyxy[:, 2])
+    if degenerate.any():
+        notes.append(f"{int(degenerate.sum())} zero-size box(es) removed")
+        xyxy = xyxy[~degenerate]
+    labels = np.empty((len(xyxy), 5), np.float32)
+    labels[:, 0] = xyxy[:, 0]
+    labels[:, 1] = (xyxy[:, 1] + xyxy[:, 3]) / 2
+    labels[:, 2] = (xyxy[:, 2] + xyxy[:, 4]) / 2
+    labels[:, 3] = xyxy[:, 3] - xyxy[:, 1]
+    labels[:, 4] = xyxy[:, 4] - xyxy[:, 2]
+    _, first = np.unique(labels, axis=0, return_index=True)
+    if len(first) < len(labels):
+        notes.append(f"{len(labels) - len(first)} duplicate label(s) removed")
+        labels = labels[np.sort(first)]
+    return labels, "; ".join(notes)
+
+
+def verify_image_label(im_file: str, lb_file: str, nc: int) -> tuple[str, np.ndarray | None, tuple, str, str]:
+    """Check one image and its label file: (im_file, labels or None if corrupt, (w, h), warning, status).
+    status is 'ok', 'background' (no or empty label file) or 'corrupt'."""
+    try:
+        w, h = _image_size(im_file)
+        if w < MIN_SIZE or h < MIN_SIZE:
+            raise ValueError(f"image is {w}x{h}, smaller than {MIN_SIZE} px on a side")
+        if not os.path.isfile(lb_file):
+            return im_file, np.zeros((0, 5), np.float32), (w, h), "", "background"
+        labels, note = _parse_labels(lb_file, nc)
+        return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return im_file, None, (0, 0), str(e), "corrupt"
+
+
+def _files_hash(files: list[str], nc: int) -> str:
+    """Fingerprint of files (paths, sizes, modification times) and the class count they were checked against."""
+    h = hashlib.sha256(f"v{CACHE_VERSION} nc={nc}".encode())
+    for f in files:
+        try:
+            st = os.stat(f)
+            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{f}\0missing\n".encode())
+    return h.hexdigest()
+
+
+def _fallback_cache_dir() -> Path:
+    env = os.environ.get("YOLO_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "yolo"
+
+
+def _load_cache(path: Path, expected_hash: str) -> dict | None:
+    """A label cache written by _save_cache, or None when absent, stale or not ours (never unpickles)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["version"]) != CACHE_VERSION or str(z["hash"]) != expected_hash:
+                return None
+            return {k: z[k] for k in z.files}
+    except Exception:  # a YOLOv5 pickle cache, a truncated file, anything else: just rebuild
+        return None
+
+
+def writable(path: str | Path) -> bool:
+    """True if a file may be written at path: its folder (or nearest existing ancestor) and any existing file
+    must be writable. Permission bits are honoured even for root, so read-only data stays untouched."""
+    p = Path(path)
+    if p.exists() and not p.is_dir() and not os.stat(p).st_mode & 0o222:
+        return False
+    folder = p if p.is_dir() else p.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return bool(os.stat(folder).st_mode & 0o222) and os.access(folder, os.W_OK)
+
+
+def _save_cache(path: Path, cache: dict) -> bool:
+    """Write a cache atomically; False when its location is not writable."""
+    if not writable(path):
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, **cache)
+        os.replace(tmp, path)
+        return True
+    except OSError:  # read-only filesystem, disk full
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading images
+
+
+def _imread(file: str) -> np.ndarray | None:
+    """Any supported image as 3-channel BGR uint8 (grey, 16-bit and alpha converted; EXIF rotation applied)."""
+    try:
+        im = cv2.imread(file, cv2.IMREAD_COLOR)
+        if im is None:  # e.g. non-ASCII paths on some platforms
+            im = cv2.imdecode(np.fromfile(file, np.uint8), cv2.IMREAD_COLOR)
+        return im
+    except (cv2.error, OSError, ValueError):
+        return None
+
+
+class LoadImagesAndLabels(Dataset):
+    """Images with YOLO labels for training and validation (letterbox, rectangular batches, mosaic).
+
+    nc (optional, beyond YOLOv5's arguments) rejects label files with classes outside [0, nc) as corrupt.
+    """
+
+    def __init__(
+        self,
+        path,
+        img_size: int = 640,
+        batch_size: int = 16,
+        augment: bool = False,
+        hyp: dict | None = None,
+        rect: bool = False,
+        cache: str | bool | None = None,
+        single_cls: bool = False,
+        stride: int = 32,
+        pad: float = 0.0,
+        prefix: str = "",
+        nc: int | None = None,
+    ):
+        self.img_size, self.augment, self.rect, self.stride, self.prefix = img_size, augment, rect, stride, prefix
+        self.hyp = hyp if hyp is not None or not augment else load_hyp("hyp.scratch.yaml")
+        self.mosaic = augment and not rect  # mosaic mixes images, so it cannot keep rectangular batches
+        self.mosaic_border = [-img_size // 2, -img_size // 2]
+        self.path = path
+        files = list_image_files(path, prefix)
+        # classes are checked against nc; without it (or with single_cls, which merges them) only negatives fail
+        self.nc = nc if nc is not None and not single_cls else 1 << 30
+        self.im_files, self.labels, shapes = self._load_labels(files, img2label_paths(files))
+        if not self.im_files:
+            raise DatasetError(f"{prefix}no usable images in {path}: all are corrupt")
+        if single_cls:
+            for lb in self.labels:
+                lb[:, 0] = 0
+        self.label_files = img2label_paths(self.im_files)
+        self.shapes = np.array(shapes, dtype=np.int64).reshape(-1, 2)  # (w, h)
+        n = len(self.im_files)
+        self.batch = np.arange(n) // batch_size  # batch index of each image
+        self.indices = range(n)
+        self.batch_shapes = None
+        if rect:
+            self._rect_shapes(batch_size, pad)
+        self._bad: set[int] = set()
+        self.ims = [None] * n
+        self.npy_files = [os.path.splitext(f)[0] + ".npy" for f in self.im_files]
+        self.cache_mode = self._cache_images(cache)
+
+    # -- labels --------------------------------------------------------------------------------------------------------
+    def _load_labels(self, im_files: list[str], lb_files: list[str]) -> tuple[list[str], list[np.ndarray], list]:
+        """Verified (images, labels, shapes), from the cache when its hash matches; logs the summary."""
+        p = Path(self.path[0] if isinstance(self.path, (list, tuple)) else self.path)
+        primary = (p if p.is_file() else Path(lb_files[0]).parent).with_suffix(".cache")
+        fallback = _fallback_cache_dir() / (hashlib.sha256(str(primary).encode()).hexdigest()[:16] + ".cache")
+        digest = _files_hash(lb_files + im_files, self.nc)
+        cache = _load_cache(primary, digest) or _load_cache(fallback, digest)
+        if cache is None:
+            cache = self._scan(im_files, lb_files)
+            cache["hash"] = np.array(digest)
+            if _save_cache(primary, cache):
+                LOGGER.info(f"{self.prefix}New cache created: {primary}")
+            elif _save_cache(fallback, cache):
+                LOGGER.info(f"{self.prefix}{primary.parent} is not writable, label cache saved as {fallback}")
+            else:
+                LOGGER.warning(f"{self.prefix}WARNING: cache not saved ({primary.parent} and {fallback.parent} "
+                               f"are not writable)")
+        n_images, n_bg, n_corrupt = (int(x) for x in cache["stats"])
+        counts = cache["counts"]
+        LOGGER.info(f"{self.prefix}{self.path}: {n_images} images, {n_bg} backgrounds, {n_corrupt} corrupt "
+                    f"({int(counts.sum())} boxes)")
+        for msg in cache["msgs"]:
+            LOGGER.warning(f"{self.prefix}WARNING: {msg}")
+        if n_images and not counts.sum():
+            LOGGER.warning(f"{self.prefix}WARNING: no labels found in {self.path}, training needs labels")
+        labels = np.split(cache["labels"].astype(np.float32), np.cumsum(counts)[:-1]) if len(counts) else []
+        labels = [np.ascontiguousarray(lb) for lb in labels]
+        return [str(f) for f in cache["im_files"]], labels, cache["shapes"].tolist()
+
+    def _scan(self, im_files: list[str], lb_files: list[str]) -> dict:
+        """Verify every image/label pair (threads: mostly file I/O) into cache arrays."""
+        workers = min(8, os.cpu_count() or 1, max(1, len(im_files) // 64))
+        nc = self.nc
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(lambda pair: verify_image_label(*pair, nc), zip(im_files, lb_files)))
+        good, msgs, n_bg, n_corrupt = [], [], 0, 0
+        for im_file, labels, shape, msg, status in results:
+            if status == "corrupt":
+                n_corrupt += 1
+                msgs.append(f"{im_file}: ignoring corrupt image/label: {msg}")
+                continue
+            n_bg += status == "background"
+            if msg:
+                msgs.append(f"{im_file}: {msg}")
+            good.append((im_file, labels, shape))
+        return {
+            "version": np.array(CACHE_VERSION),
+            "im_files": np.array([g[0] for g in good], dtype=str),
+            "shapes": np.array([g[2] for g in good], dtype=np.int64).reshape(-1, 2),
+            "counts": np.array([len(g[1]) for g in good], dtype=np.int64),
+            "labels": np.concatenate([g[1] for g in good], 0) if good else np.zeros((0, 5), np.float32),
+            "msgs": np.array(msgs, dtype=str),
+            "stats": np.array([len(good), n_bg, n_corrupt]),
+        }
+
+    def _rect_shapes(self, batch_size: int, pad: float) -> None:
+        """Sort images by aspect ratio and give each batch the smallest stride-multiple shape that fits it."""
+        aspect = self.shapes[:, 1] / self.shapes[:, 0]  # h / w
+        order = aspect.argsort(kind="stable")
+        self.im_files = [self.im_files[i] for i in order]
+        self.labels = [self.labels[i] for i in order]
+        self.label_files = [self.label_files[i] for i in order]
+        self.shapes, aspect = self.shapes[order], aspect[order]
+        n_batches = int(self.batch[-1]) + 1
+        shapes = np.ones((n_batches, 2))  # (h, w) relative to img_size
+        for i in range(n_batches):
+            ar = aspect[self.batch == i]
+            if ar.max() < 1:  # all landscape: full width, height of the tallest
+                shapes[i] = (ar.max(), 1)
+            elif ar.min() > 1:  # all portrait: full height, width of the widest
+                shapes[i] = (1, 1 / ar.min())
+        self.batch_shapes = (np.ceil(shapes * self.img_size / self.stride + pad).astype(int) * self.stride)
+
+    # -- images --------------------------------------------------------------------------------------------------------
+    def _cache_images(self, cache) -> str | None:
+        """Fill the RAM cache or write .npy files for --cache ram/disk; returns the mode in effect."""
+        mode = "ram" if cache is True else (cache or None)
+        if mode not in (None, "ram", "disk"):
+            raise DatasetError(f"cache must be 'ram', 'disk' or None, got {cache!r}")
+        if mode == "disk":
+            if not all(writable(d) for d in {os.path.dirname(f) for f in self.npy_files}):
+                LOGGER.warning(f"{self.prefix}WARNING: image folder not writable, --cache disk disabled")
+                return None
+            todo = [i for i, f in enumerate(self.npy_files) if not os.path.isfile(f)]
+            with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+                for i in todo:
+                    pool.submit(self._write_npy, i)
+        elif mode == "ram":
+            if not self._ram_fits():
+                return None
+            with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+                for i, loaded in enumerate(pool.map(self.load_image, range(len(self.im_files)))):
+                    self.ims[i] = loaded
+            gb = sum(x[0].nbytes for x in self.ims) / 1e9
+            LOGGER.info(f"{self.prefix}Cached {len(self.ims)} images in RAM ({gb:.2f} GB)")
+        return mode
+
+    def _write_npy(self, i: int) -> None:
+        im = _imread(self.im_files[i])
+        if im is not None:
+            np.save(self.npy_files[i], im, allow_pickle=False)
+
+    def _ram_fits(self) -> bool:
+        """Estimate the RAM cache size from the image shapes; refuse it above 90% of free memory."""
+        scale = self.img_size / self.shapes.max(1)
+        need = float((self.shapes.prod(1) * scale**2 * 3).sum())
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):  # not Linux: trust the user
+            return True
+        if need > 0.9 * free:
+            LOGGER.warning(f"{self.prefix}WARNING: --cache ram needs {need / 1e9:.1f} GB but {free / 1e9:.1f} GB "
+                           f"is free, not caching")
+            return False
+        return True
+
+    def load_image(self, i: int) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
+        """Image i as BGR uint8 resized so its long side is img_size: (image, (h0, w0), (h, w))."""
+        if self.ims[i] is not None:
+            return self.ims[i]
+        im = None
+        if os.path.isfile(self.npy_files[i]):
+            try:
+                im = np.load(self.npy_files[i], allow_pickle=False)
+            except (OSError, ValueError):
+                im = None
+        if im is None:
+            im = _imread(self.im_files[i])
+        if im is None:  # it was fine when verified; keep training on a grey placeholder rather than crash
+            if i not in self._bad:
+                LOGGER.warning(f"{self.prefix}WARNING: {self.im_files[i]} could not be read, using a blank image")
+            self._bad.add(i)
+            w0, h0 = (int(v) for v in self.shapes[i])
+            im = np.full((h0, w0, 3), 114, np.uint8)
+        h0, w0 = im.shape[:2]
+        r = self.img_size / max(h0, w0)
+        if r != 1:
+            interp = cv2.INTER_LINEAR if (self.augment or r > 1) else cv2.INTER_AREA
+            im = cv2.resize(im, (max(1, round(w0 * r)), max(1, round(h0 * r))), interpolation=interp)
+        return im, (h0, w0), im.shape[:2]
+
+    def _labels(self, i: int) -> np.ndarray:
+        return np.zeros((0, 5), np.float32) if i in self._bad else self.labels[i].copy()
+
+    def load_mosaic(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Four images (this one and three random ones) tiled around a random centre, then randomly warped
+        to img_size x img_size: (BGR image, pixel [cls, x1, y1, x2, y2] labels)."""
+        s = self.img_size
+        xc, yc = (int(random.uniform(-b, 2 * s + b)) for b in self.mosaic_border)
+        indices = [index] + random.choices(self.indices, k=3)
+        random.shuffle(indices)
+        images, targets = [], []
+        for i in indices:
+            im, _, (h, w) = self.load_image(i)
+            labels = self._labels(i)
+            if len(labels):
+                labels[:, 1:] = xywhn2xyxy(labels[:, 1:], w, h)
+            images.append(im)
+            targets.append(labels)
+        canvas, labels = mosaic4(images, targets, s, (xc, yc))
+        hyp = self.hyp
+        return random_perspective(canvas, labels, degrees=hyp["degrees"], translate=hyp["translate"],
+                                  scale=hyp["scale"], shear=hyp["shear"], perspective=hyp["perspective"],
+                                  border=self.mosaic_border)
+
+    # -- Dataset protocol ----------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.im_files)
+
+    def __getitem__(self, index: int):
+        """(image uint8 (3, H, W) RGB, labels (n, 6) [0, cls, cx, cy, w, h] normalised, path, shapes or None)."""
+        hyp = self.hyp
+        if self.mosaic and random.random() < hyp["mosaic"]:
+            img, labels = self.load_mosaic(index)
+            shapes = None
+            if random.random() < hyp["mixup"]:
+                img, labels = mixup(img, labels, *self.load_mosaic(random.choice(self.indices)))
+        else:
+            loaded, (h0, w0), (h, w) = self.load_image(index)
+            shape = self.batch_shapes[self.batch[index]] if self.rect else self.img_size
+            img, ratio, pad = letterbox(loaded, shape, auto=False, scaleup=self.augment)
+            if self.augment and img is loaded and self.ims[index] is not None:
+                img = img.copy()  # colour augmentation works in place: keep the RAM cache pristine
+            shapes = (h0, w0), ((ratio[1] * h / h0, ratio[0] * w / w0), pad)  # for utils.boxes.scale_boxes
+            labels = self._labels(index)
+            if len(labels):
+                labels[:, 1:] = xywhn2xyxy(labels[:, 1:], ratio[0] * w, ratio[1] * h, padw=pad[0], padh=pad[1])
+            if self.augment:
+                img, labels = random_perspective(img, labels, degrees=hyp["degrees"], translate=hyp["translate"],
+                                                 scale=hyp["scale"], shear=hyp["shear"],
+                                                 perspective=hyp["perspective"])
+        n = len(labels)
+        if n:
+            labels[:, 1:5] = xyxy2xywhn(labels[:, 1:5], w=img.shape[1], h=img.shape[0], clip=True)
+        if self.augment:
+            augment_hsv(img, hgain=hyp["hsv_h"], sgain=hyp["hsv_s"], vgain=hyp["hsv_v"])
+            img, labels = random_flip(img, labels, fliplr=hyp["fliplr"], flipud=hyp["flipud"])
+        labels_out = torch.zeros((n, 6))
+        if n:
+            labels_out[:, 1:] = torch.from_numpy(np.asarray(labels, dtype=np.float32))
+        img = np.ascontiguousarray(img.transpose(2, 0, 1)[::-1])  # HWC BGR -> CHW RGB, one copy
+        return torch.from_numpy(img), labels_out, self.im_files[index], shapes
+
+    @staticmethod
+    def collate_fn(batch):
+        """Stack images; concatenate labels with the image's index in the batch in column 0."""
+        imgs, labels, paths, shapes = zip(*batch)
+        for i, lb in enumerate(labels):
+            lb[:, 0] = i
+        return torch.stack(imgs, 0), torch.cat(labels, 0), paths, shapes
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Dataloader
+
+
+def _seed_worker(worker_id: int) -> None:
+    """Seed NumPy and random in each worker from torch's per-worker seed, so augmentation is reproducible."""
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def create_dataloader(
+    path,
+    imgsz: int,
+    batch_size: int,
+    stride: int,
+    single_cls: bool = False,
+    hyp: dict | None = None,
+    augment: bool = False,
+    cache: str | bool | None = None,
+    pad: float = 0.0,
+    rect: bool = False,
+    rank: int = -1,
+    workers: int = 8,
+    shuffle: bool = False,
+    seed: int = 0,
+    prefix: str = "",
+    nc: int | None = None,
+) -> tuple[DataLoader, LoadImagesAndLabels]:
+    """A DataLoader over LoadImagesAndLabels (distributed sampler when rank != -1, seeded workers)."""
+    if rect and shuffle:
+        LOGGER.warning(f"{prefix}WARNING: --rect is incompatible with shuffling, shuffle=False")
+        shuffle = False
+    dataset = LoadImagesAndLabels(path, imgsz, batch_size, augment=augment, hyp=hyp, rect=rect, cache=cache,
+                                  single_cls=single_cls, stride=int(stride), pad=pad, prefix=prefix, nc=nc)
+    if batch_size > len(dataset):
+        raise DatasetError(f"{prefix}batch size {batch_size} is larger than the {len(dataset)} images in {path}: "
+                           f"use --batch-size {len(dataset)} or less")
+    nw = max(0, min(os.cpu_count() or 1, batch_size, workers))
+    sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=shuffle)
+    generator = torch.Generator()
+    generator.manual_seed(6_364_136_223_846_793 + seed + max(rank, 0))
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle and sampler is None,
+        num_workers=nw,
+        sampler=sampler,
+        pin_memory=torch.cuda.is_available(),
+        collate_fn=LoadImagesAndLabels.collate_fn,
+        worker_init_fn=_seed_worker,
+        generator=generator,
+        persistent_workers=nw > 0,
+    )
+    return loader, dataset
+

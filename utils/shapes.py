@@ -1,0 +1,130 @@
+"""A small deterministic synthetic detection dataset: coloured geometric shapes on noisy backgrounds.
+
+Layout (YOLO): <root>/images/{train,val}/*.jpg and <root>/labels/{train,val}/*.txt. data/shapes.yaml points at
+../datasets/shapes and generates it on first use. Each class has its own shape and colour family, so a nano
+model trained from scratch for a few epochs learns it.
+"""
+
+import argparse
+import math
+import os
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+CLASSES = ("circle", "square", "triangle", "star", "cross")
+# BGR base colour of each class: red, green, blue, white, magenta. Per-object jitter stays well apart from the
+# other classes (a first version with yellow stars had them confused with green squares after a short training).
+COLORS = ((40, 40, 220), (40, 200, 40), (220, 80, 30), (235, 235, 235), (210, 40, 210))
+DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "shapes"
+N_TRAIN, N_VAL, IMG_SIZE, SEED = 224, 60, 256, 0
+
+
+def _polygon(cls: int, cx: float, cy: float, r: float, angle: float) -> np.ndarray:
+    """Vertices (k, 2) of a shape of radius r centred at (cx, cy), rotated by angle (radians)."""
+    if cls == 1:  # square
+        t = np.arange(4) * math.pi / 2 + math.pi / 4
+        radii = np.full(4, r)
+    elif cls == 2:  # triangle
+        t = np.arange(3) * 2 * math.pi / 3 - math.pi / 2
+        radii = np.full(3, r)
+    elif cls == 3:  # five-pointed star
+        t = np.arange(10) * math.pi / 5 - math.pi / 2
+        radii = np.where(np.arange(10) % 2, 0.45 * r, r)
+    else:  # cross (plus sign) with arms a third of its size thick
+        a, b = r / 3, r
+        pts = np.array([(-a, -b), (a, -b), (a, -a), (b, -a), (b, a), (a, a), (a, b), (-a, b),
+                        (-a, a), (-b, a), (-b, -a), (-a, -a)])
+        rot = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
+        return pts @ rot.T + (cx, cy)
+    t = t + angle
+    return np.stack((cx + radii * np.cos(t), cy + radii * np.sin(t)), 1)
+
+
+def _background(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A greyish gradient with blurred noise texture (mid grey, low saturation: every class colour stands out)."""
+    base = rng.uniform(80, 160)
+    tint = rng.uniform(-15, 15, 3)
+    ramp = np.linspace(-1, 1, size, dtype=np.float32)
+    gx, gy = rng.uniform(-20, 20, 2)
+    img = base + gx * ramp[None, :, None] + gy * ramp[:, None, None] + tint.astype(np.float32)
+    texture = cv2.GaussianBlur(rng.normal(0, 25, (size, size, 1)).astype(np.float32), (0, 0), 3)[..., None]
+    img = img + texture + rng.normal(0, 6, (size, size, 3)).astype(np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _draw_image(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[tuple[int, float, float, float, float]]]:
+    """One image with 2-5 non-overlapping shapes (fewer if they do not fit) and labels (cls, cx, cy, w, h)."""
+    img = _background(rng, size)
+    boxes, labels = [], []
+    for _ in range(int(rng.integers(2, 6))):
+        for _attempt in range(20):  # rejection-sample a free spot
+            cls = int(rng.integers(len(CLASSES)))
+            r = rng.uniform(0.06, 0.19) * size  # objects 12%-38% of the image across
+            cx, cy = rng.uniform(r, size - r, 2)
+            angle = math.radians(rng.uniform(-20, 20))  # near upright: one clear look per class
+            pts = _polygon(cls, cx, cy, r, angle) if cls else None
+            x1, y1, x2, y2 = (cx - r, cy - r, cx + r, cy + r) if pts is None else (*pts.min(0), *pts.max(0))
+            x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, size), min(y2, size)
+            if all(x1 > b[2] + 2 or x2 < b[0] - 2 or y1 > b[3] + 2 or y2 < b[1] - 2 for b in boxes):
+                break
+        else:
+            continue
+        color = tuple(int(c) for c in np.clip(np.array(COLORS[cls]) + rng.integers(-25, 26, 3), 0, 255))
+        if pts is None:
+            cv2.circle(img, (round(cx * 16), round(cy * 16)), round(r * 16), color, -1, cv2.LINE_AA, shift=4)
+        else:
+            cv2.fillPoly(img, [np.round(pts * 16).astype(np.int32)], color, cv2.LINE_AA, shift=4)
+        boxes.append((x1, y1, x2, y2))
+        labels.append((cls, (x1 + x2) / 2 / size, (y1 + y2) / 2 / size, (x2 - x1) / size, (y2 - y1) / size))
+    return img, labels
+
+
+def _write_split(folder: Path, split: str, n: int, size: int, rng: np.random.Generator) -> None:
+    (folder / "images" / split).mkdir(parents=True)
+    (folder / "labels" / split).mkdir(parents=True)
+    for i in range(n):
+        img, labels = _draw_image(rng, size)
+        name = f"{split}_{i:05d}"
+        cv2.imwrite(str(folder / "images" / split / f"{name}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 92])
+        lines = "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
+        (folder / "labels" / split / f"{name}.txt").write_text(lines)
+
+
+def generate_shapes(root: str | Path = DEFAULT_ROOT, n_train: int = N_TRAIN, n_val: int = N_VAL,
+                    img_size: int = IMG_SIZE, seed: int = SEED) -> Path:
+    """Write the shapes dataset (train and val splits) under root; same arguments, same bytes. Returns root."""
+    root = Path(root).resolve()
+    tmp = root.parent / f".{root.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    # one generator per split, so the val split does not change when n_train does
+    for split, n, offset in (("train", n_train, 0), ("val", n_val, 1)):
+        _write_split(tmp, split, n, img_size, np.random.default_rng([seed, offset]))
+    # move the finished splits in at the end: an interrupted run never leaves a half-written dataset behind
+    for kind in ("images", "labels"):
+        (root / kind).mkdir(parents=True, exist_ok=True)
+        for split in ("train", "val"):
+            shutil.rmtree(root / kind / split, ignore_errors=True)
+            (root / kind / f"{split}.cache").unlink(missing_ok=True)
+            os.replace(tmp / kind / split, root / kind / split)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def main() -> None:
+    """Command line: python -m utils.shapes [--root DIR] [--n-train N] [--n-val N] [--img SIZE] [--seed S]."""
+    ap = argparse.ArgumentParser(description="Generate the synthetic shapes detection dataset")
+    ap.add_argument("--root", default=str(DEFAULT_ROOT), help="output folder")
+    ap.add_argument("--n-train", type=int, default=N_TRAIN)
+    ap.add_argument("--n-val", type=int, default=N_VAL)
+    ap.add_argument("--img", type=int, default=IMG_SIZE, help="image size (square, px)")
+    ap.add_argument("--seed", type=int, default=SEED)
+    args = ap.parse_args()
+    root = generate_shapes(args.root, args.n_train, args.n_val, args.img, args.seed)
+    print(f"shapes dataset written to {root} ({args.n_train} train, {args.n_val} val images)")
+
+
+if __name__ == "__main__":
+    main()
