@@ -363,6 +363,8 @@ def run(
         pre, inference, nms = speed
         LOGGER.info(f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at "
                     f"shape ({dataloader.batch_size}, 3, {imgsz}, {imgsz})")
+    if not training or verbose:
+        LOGGER.info(f"COCO protocol (faster-coco-eval):\n{format_coco_stats(metrics.stats)}")
     coco_stats = _save_json_and_check(evaluator, save_dir, ann_json, metrics) if save_json else None
     if plots:
         try:

@@ -667,7 +667,7 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
             results, _, _ = run_validation(
                 data, batch_size=val_bs, imgsz=imgsz, half=amp_dtype == torch.float16,
                 model=load_model(best, device=device), single_cls=single_cls, dataloader=val_loader,
-                save_dir=save_dir, plots=plots, compute_loss=compute_loss, verbose=True, save_json=True)
+                save_dir=save_dir, plots=plots, compute_loss=compute_loss, verbose=True)
         if plots:
             _plot("plot_results", results_csv)
         LOGGER.info(f"Results saved to {save_dir}")
