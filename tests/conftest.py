@@ -1,9 +1,12 @@
-"""Shared test fixtures: the read-only data folder beside the repository."""
+"""Shared test fixtures: the read-only data folder beside the repository, single-threaded torch, log capture."""
 
+import logging
 from pathlib import Path
 
 import pytest
 import torch
+
+from utils.log import LOGGER
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -25,3 +28,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def log(caplog):
+    """What the project's logger writes during a test: log.text, log.messages, log.records (pytest's caplog).
+
+    The 'yolo' logger does not propagate to the root logger, so caplog's handler is attached to it directly."""
+    LOGGER.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="yolo")
+    yield caplog
+    LOGGER.removeHandler(caplog.handler)

@@ -1,7 +1,5 @@
 """AutoAnchor: best possible recall, k-means + evolution, and replacing the model's anchors only when better."""
 
-import io
-import logging
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,7 +9,6 @@ import torch
 import utils.autoanchor as autoanchor
 from models.yolo import Model
 from utils.autoanchor import anchor_metrics, check_anchors, kmean_anchors, kmeans
-from utils.log import LOGGER
 
 DEFAULT_ANCHORS_PX = torch.tensor([[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]],
                                   dtype=torch.float32).view(3, 3, 2)
@@ -22,15 +19,6 @@ def _dataset(wh_px: np.ndarray, img: int = 640) -> SimpleNamespace:
     """Square images of size img with one box of each given pixel size per image, as a dataset exposes them."""
     labels = [np.array([[0, 0.5, 0.5, w / img, h / img]], dtype=np.float32) for w, h in wh_px]
     return SimpleNamespace(labels=labels, shapes=np.full((len(labels), 2), img))
-
-
-@pytest.fixture
-def log_text():
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    LOGGER.addHandler(handler)
-    yield stream
-    LOGGER.removeHandler(handler)
 
 
 def test_anchor_metrics_by_hand():
@@ -69,16 +57,16 @@ def test_kmean_anchors_fit_clustered_box_sizes():
     assert np.array_equal(anchors, again)  # seeded
 
 
-def test_check_anchors_keeps_good_anchors(log_text):
+def test_check_anchors_keeps_good_anchors(log):
     model = Model("yolov5n.yaml", nc=1)
     before = model.model[-1].anchors.clone()
     check_anchors(_dataset(DEFAULT_ANCHORS_PX.view(-1, 2).numpy().repeat(5, 0)), model, thr=4.0, imgsz=640)
     assert torch.equal(model.model[-1].anchors, before)
-    line = log_text.getvalue().splitlines()[0]
+    line = log.messages[0]
     assert line.startswith("AutoAnchor: ") and "anchors/target, 1.000 Best Possible Recall (BPR)." in line
 
 
-def test_check_anchors_replaces_poor_anchors(log_text):
+def test_check_anchors_replaces_poor_anchors(log):
     # Tall thin boxes (4 x 100 px) that no default anchor fits within a ratio of 4.
     rng = np.random.default_rng(0)
     wh = np.stack([4 * np.exp(0.1 * rng.standard_normal(60)), 100 * np.exp(0.1 * rng.standard_normal(60))], 1)
@@ -93,10 +81,10 @@ def test_check_anchors_replaces_poor_anchors(log_text):
     assert bpr_after > bpr_before and bpr_after > 0.9
     areas = new_px.prod(-1).view(-1)
     assert torch.all(areas[1:] >= areas[:-1])  # smallest anchors on the finest level
-    assert "poor fit" in log_text.getvalue() and "new anchors saved" in log_text.getvalue()
+    assert "poor fit" in log.text and "new anchors saved" in log.text
 
 
-def test_check_anchors_keeps_originals_when_new_ones_are_worse(monkeypatch, log_text):
+def test_check_anchors_keeps_originals_when_new_ones_are_worse(monkeypatch, log):
     rng = np.random.default_rng(0)
     wh = np.stack([4 * np.exp(0.1 * rng.standard_normal(30)), 100 * np.exp(0.1 * rng.standard_normal(30))], 1)
     wh[:10] = [33, 23]  # a third of the boxes fit the default anchors
@@ -105,12 +93,12 @@ def test_check_anchors_keeps_originals_when_new_ones_are_worse(monkeypatch, log_
     monkeypatch.setattr(autoanchor, "kmean_anchors", lambda *a, **k: np.full((9, 2), 1000.0, dtype=np.float32))
     check_anchors(_dataset(wh), model)
     assert torch.equal(model.model[-1].anchors, before)
-    assert "original anchors better" in log_text.getvalue()
+    assert "original anchors better" in log.text
 
 
-def test_check_anchors_without_labels_leaves_model_alone(log_text):
+def test_check_anchors_without_labels_leaves_model_alone(log):
     model = Model("yolov5n.yaml", nc=1)
     before = model.model[-1].anchors.clone()
     empty = SimpleNamespace(labels=[np.zeros((0, 5), np.float32)] * 3, shapes=np.full((3, 2), 640))
     check_anchors(empty, model)
-    assert torch.equal(model.model[-1].anchors, before) and "no labels" in log_text.getvalue()
+    assert torch.equal(model.model[-1].anchors, before) and "no labels" in log.text

@@ -109,3 +109,28 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     assert torch.load(path, weights_only=True)["epoch"] == 0
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left behind
     assert load_checkpoint(path)["epoch"] == 0
+
+
+def test_import_v7_style_detection_model_pickle(tmp_path, monkeypatch):
+    """A pickled models.yolo.DetectionModel with dict names and numpy fields, as YOLOv5 v7.0 writes it."""
+    import numpy as np
+
+    import models.yolo
+
+    # Our classes carry YOLOv5's qualified names, so pickling them writes what an official file holds.
+    detection_model = type("DetectionModel", (Model,), {"__module__": "models.yolo"})
+    monkeypatch.setattr(models.yolo, "DetectionModel", detection_model, raising=False)
+    torch.manual_seed(1)
+    model = detection_model("yolov5n.yaml", nc=2).eval()
+    model.names = {0: "cat", 1: "dog"}
+    path = tmp_path / "v7.pt"
+    torch.save({"epoch": -1, "best_fitness": np.array([0.42]), "model": model.half(), "ema": None,
+                "optimizer": None, "opt": {"imgsz": 640, "hyp": {"lr0": 0.01}}, "git": None, "date": "2022-11-22"},
+               path)
+    monkeypatch.undo()
+
+    loaded = load_model(path, fuse=False)
+    assert type(loaded) is Model and loaded.names == ["cat", "dog"]
+    x = torch.rand(1, 3, 128, 160)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x)[0], model.float()(x)[0], rtol=1e-3, atol=1e-3)

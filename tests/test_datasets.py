@@ -21,7 +21,6 @@ from utils.datasets import (
     load_data_config,
     load_hyp,
 )
-from utils.log import LOGGER
 
 
 @pytest.fixture(autouse=True)
@@ -30,15 +29,6 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "yolo-cache"
     monkeypatch.setenv("YOLO_CACHE_DIR", str(folder))
     return folder
-
-
-@pytest.fixture
-def log(caplog):
-    """Captured project log records (the 'yolo' logger does not propagate to the root logger)."""
-    LOGGER.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="yolo")
-    yield caplog
-    LOGGER.removeHandler(caplog.handler)
 
 
 def make_dataset(root: Path, images: dict, labels: dict, split: str = "train") -> Path:

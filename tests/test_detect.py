@@ -1,6 +1,5 @@
 """detect.py end to end against the official YOLOv5 outputs, its bad-input handling, and utils.plots."""
 
-import logging
 import os
 import shutil
 import subprocess
@@ -13,7 +12,6 @@ import pytest
 import torch
 
 import detect
-from utils.log import LOGGER
 from utils.plots import Annotator, colors, plot_images, save_one_box
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,25 +59,6 @@ def _assert_matches_reference(labels_dir: Path) -> None:
             unused.remove(j)
 
 
-class _Lines(logging.Handler):
-    """Collects the project's log messages during a test."""
-
-    def __init__(self):
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def log_lines():
-    handler = _Lines()
-    LOGGER.addHandler(handler)
-    yield handler.lines
-    LOGGER.removeHandler(handler)
-
-
 # --- acceptance: the official outputs --------------------------------------------------------------------------
 
 
@@ -117,7 +96,7 @@ def test_run_returns_detections_and_increments_folders(tmp_path):
 
 
 @needs_shared
-def test_folder_with_corrupt_images_processes_the_rest(tmp_path, log_lines):
+def test_folder_with_corrupt_images_processes_the_rest(tmp_path, log):
     source = tmp_path / "in"
     source.mkdir()
     shutil.copy(IMAGES / "bus.jpg", source / "bus.jpg")
@@ -128,7 +107,7 @@ def test_folder_with_corrupt_images_processes_the_rest(tmp_path, log_lines):
                      hide_conf=True)
     assert [Path(r.path).name for r in out.results] == ["bus.jpg"]
     assert sorted(Path(p).name for p in out.skipped) == ["cut.jpg", "noise.png"]
-    warnings = [line for line in log_lines if line.startswith("WARNING: skipping")]
+    warnings = [line for line in log.messages if line.startswith("WARNING: skipping")]
     assert len(warnings) == 2 and all("\n" not in w for w in warnings)
     crops = out.save_dir / "crops"
     assert sorted(p.name for p in (crops / "person").iterdir()) == ["bus.jpg", "bus2.jpg", "bus3.jpg", "bus4.jpg"]
@@ -194,7 +173,7 @@ def test_cli_truncated_weights(tmp_path):
     ("foreign_weights", "not a YOLO checkpoint"),
     ("missing_weights", "weights file not found"),
 ])
-def test_main_bad_inputs_exit_1(tmp_path, log_lines, case, expected):
+def test_main_bad_inputs_exit_1(tmp_path, log, case, expected):
     source, weights = tmp_path / "in", WEIGHTS
     source.mkdir()
     if case == "missing_source":
@@ -211,8 +190,8 @@ def test_main_bad_inputs_exit_1(tmp_path, log_lines, case, expected):
     elif case == "missing_weights":
         weights, source = tmp_path / "absent.pt", IMAGES
     code = detect.main(["--weights", str(weights), "--source", str(source), "--project", str(tmp_path / "r")])
-    errors = [line for line in log_lines if line.startswith("ERROR")]
-    assert code == 1 and len(errors) == 1 and expected in errors[0] and "\n" not in errors[0], log_lines
+    errors = [line for line in log.messages if line.startswith("ERROR")]
+    assert code == 1 and len(errors) == 1 and expected in errors[0] and "\n" not in errors[0], log.messages
     if case != "all_corrupt":
         assert not (tmp_path / "r").exists()  # nothing was run, so no run folder was made
 
@@ -234,11 +213,11 @@ def test_parse_opt_yolov5_defaults_and_aliases():
         detect.parse_opt(["--img", "1", "2", "3"])
 
 
-def test_check_img_size_rounds_up(log_lines):
-    assert detect.check_img_size([640, 480]) == [640, 480] and not log_lines
+def test_check_img_size_rounds_up(log):
+    assert detect.check_img_size([640, 480]) == [640, 480] and not log.messages
     assert detect.check_img_size(641) == [672, 672]
     assert detect.check_img_size([100, 20]) == [128, 32]
-    assert sum("multiple of max stride 32" in line for line in log_lines) == 2
+    assert sum("multiple of max stride 32" in line for line in log.messages) == 2
 
 
 # --- plots -------------------------------------------------------------------------------------------------------

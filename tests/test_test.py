@@ -3,13 +3,10 @@ bad input."""
 
 import importlib.util
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from utils.log import LOGGER
 from utils.metrics import COCO80_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,24 +15,6 @@ yolo_test = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(yolo_test)
 
 REFERENCE_AP, REFERENCE_AP50 = 0.3701, 0.5759  # pycocotools on the official YOLOv5's predictions (reference/)
-
-
-class _Lines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.extend(record.getMessage().splitlines())
-
-
-@pytest.fixture
-def log():
-    """The lines the project's logger writes during a test (it does not propagate to pytest's capture)."""
-    handler = _Lines()
-    LOGGER.addHandler(handler)
-    yield handler.lines
-    LOGGER.removeHandler(handler)
 
 
 def data_yaml(tmp_path: Path, shared: Path, val: str = "images/train2017", ann_json: bool = True, nc: int = 80,
@@ -92,7 +71,7 @@ def test_yolo_labels_as_ground_truth_cli(tmp_path, shared, log):
     code = yolo_test.main(["--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"), "--img", "320",
                            "--batch-size", "8", "--save-json", "--save-txt", "--save-conf", "--verbose",
                            "--no-plots", "--project", str(tmp_path / "runs"), "--name", "labels", "--workers", "1"])
-    out = "\n".join(log)
+    out = "\n".join(log.messages)
     assert code == 0
     run_dir = tmp_path / "runs/labels"
     results = json.loads((run_dir / "results.json").read_text())
@@ -128,11 +107,11 @@ def test_training_path_keeps_the_model_as_it_was(tmp_path, shared):
     assert not (tmp_path / "train_run/results.json").exists()  # training validations write nothing
 
 
-def _cli(tmp_path: Path, log: list[str], *args: str) -> tuple[int, list[str]]:
+def _cli(tmp_path: Path, log, *args: str) -> tuple[int, list[str]]:
     """main() with these arguments (exceptions would escape it and fail the test); its exit code and new lines."""
-    start = len(log)
+    log.clear()
     code = yolo_test.main([*args, "--project", str(tmp_path / "runs"), "--no-plots"])
-    return code, log[start:]
+    return code, [line for message in log.messages for line in message.splitlines()]
 
 
 def test_bad_inputs_give_one_line_errors(tmp_path, shared, log):

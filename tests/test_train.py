@@ -1,8 +1,6 @@
 """train.py end to end on a tiny shapes set: outputs, checkpoints, resume, atomic saves, bad input; and its helpers."""
 
 import csv
-import io
-import logging
 import math
 from pathlib import Path
 
@@ -14,7 +12,6 @@ from torch import nn
 import train
 from models.yolo import Model
 from utils.checkpoint import load_model
-from utils.log import LOGGER
 from utils.shapes import generate_shapes
 
 NAMES = "[circle, square, triangle, star, cross]"
@@ -30,15 +27,6 @@ def shapes_yaml(tmp_path_factory):
     file = folder / "shapes.yaml"
     file.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {NAMES}\n")
     return file
-
-
-@pytest.fixture
-def log_text():
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    LOGGER.addHandler(handler)
-    yield stream
-    LOGGER.removeHandler(handler)
 
 
 def _train(*args) -> int:
@@ -85,7 +73,7 @@ def test_final_checkpoints_are_fp16_weights_only(finished_run):
         assert out.shape[-1] == 10 and torch.isfinite(out).all()
 
 
-def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, monkeypatch, log_text):
+def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, monkeypatch, log):
     save = train.save_checkpoint
 
     def save_then_interrupt(ckpt, path):  # like Ctrl-C (or a kill) right after epoch 0's last.pt is written
@@ -101,17 +89,17 @@ def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, mon
 
     # --resume alone finds the newest last.pt under --project; run options come from the checkpoint.
     assert _train("--resume", "--project", tmp_path) == 0
-    assert "Resuming training from" in log_text.getvalue() and "at epoch 1" in log_text.getvalue()
+    assert "Resuming training from" in log.text and "at epoch 1" in log.text
     assert _epochs(tmp_path / "exp" / "results.csv") == [0, 1, 2]
     assert torch.load(last, weights_only=True)["epoch"] == 2
     assert not (tmp_path / "exp2").exists()  # resumed in place
 
     # The finished run's checkpoints are stripped: nothing left to resume.
     assert _train("--resume", last) == 1
-    assert "nothing to resume" in log_text.getvalue()
+    assert "nothing to resume" in log.text
 
 
-def test_failed_save_keeps_previous_checkpoint(shapes_yaml, tmp_path, monkeypatch, log_text):
+def test_failed_save_keeps_previous_checkpoint(shapes_yaml, tmp_path, monkeypatch, log):
     real_save, calls = torch.save, []
 
     def save_then_fail(obj, f, *args, **kwargs):
@@ -124,46 +112,46 @@ def test_failed_save_keeps_previous_checkpoint(shapes_yaml, tmp_path, monkeypatc
     monkeypatch.setattr(torch, "save", save_then_fail)
     assert _train("--data", shapes_yaml, *FAST, "--epochs", 2, "--project", tmp_path, "--noplots") == 1
     monkeypatch.setattr(torch, "save", real_save)
-    assert "No space left on device" in log_text.getvalue()
+    assert "No space left on device" in log.text
     weights = tmp_path / "exp" / "weights"
     ckpt = torch.load(weights / "last.pt", weights_only=True)
     assert ckpt["epoch"] == 0 and "optimizer" in ckpt
     assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # no temporary file left
 
 
-def test_weights_with_another_class_count_transfer_matching_tensors(shapes_yaml, finished_run, tmp_path, log_text):
+def test_weights_with_another_class_count_transfer_matching_tensors(shapes_yaml, finished_run, tmp_path, log):
     # Our own 5-class checkpoint into a single-class model: all but the detection head's output convs transfer.
     best = finished_run / "weights" / "best.pt"
     args = ["--data", shapes_yaml, "--weights", best, "--img", 64, "--batch-size", 8, "--workers", 0, "--epochs", 1,
             "--project", tmp_path, "--noplots", "--single-cls", "--noval", "--nosave"]
     assert _train(*args) == 0
-    text = log_text.getvalue()
+    text = log.text
     n_model = len(Model("yolov5n.yaml", nc=1).state_dict())
     assert f"Transferred {n_model - 6}/{n_model} items from {best}" in text  # 3 Detect convs: weight + bias
     assert "Not transferred" in text and "model.24.m.0.weight" in text
 
 
-def test_official_weights_fine_tune(shapes_yaml, shared, tmp_path, log_text):
+def test_official_weights_fine_tune(shapes_yaml, shared, tmp_path, log):
     official = shared / "weights" / "yolov5n.pt"
     args = ["--data", shapes_yaml, "--weights", official, "--img", 64, "--batch-size", 8, "--workers", 0,
             "--epochs", 1, "--project", tmp_path, "--noplots"]
     assert _train(*args) == 0
     n_model = len(Model("yolov5n.yaml", nc=5).state_dict())
-    assert f"Transferred {n_model - 6}/{n_model} items" in log_text.getvalue()
+    assert f"Transferred {n_model - 6}/{n_model} items" in log.text
     assert _epochs(tmp_path / "exp" / "results.csv") == [0]
 
 
-def test_cpu_amp_trains_under_bfloat16(shapes_yaml, tmp_path, log_text):
+def test_cpu_amp_trains_under_bfloat16(shapes_yaml, tmp_path, log):
     if not train.cpu_supports_bf16():
         pytest.skip("this CPU has no bfloat16 support")
     args = ["--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, "--noplots", "--amp"]
     assert _train(*args) == 0
-    assert "bfloat16 autocast" in log_text.getvalue() and "AMP: checks passed" in log_text.getvalue()
+    assert "bfloat16 autocast" in log.text and "AMP: checks passed" in log.text
     ckpt = torch.load(tmp_path / "exp" / "weights" / "best.pt", weights_only=True)
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
 
 
-def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log_text):
+def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log):
     real_loss, calls = train.ComputeLoss, []
 
     class NanOnFirstBatch(real_loss):
@@ -176,7 +164,7 @@ def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log_
 
     monkeypatch.setattr(train, "ComputeLoss", NanOnFirstBatch)
     assert _train("--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, "--noplots", "--noval") == 0
-    text = log_text.getvalue()
+    text = log.text
     assert "non-finite loss" in text and "step skipped" in text
     ckpt = torch.load(tmp_path / "exp" / "weights" / "last.pt", weights_only=True)
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
@@ -191,7 +179,7 @@ def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log_
     ("missing_weights", "not found"),
     ("missing_hyp", "not found"),
 ])
-def test_bad_input_gives_one_line_error(case, message, shapes_yaml, tmp_path, log_text):
+def test_bad_input_gives_one_line_error(case, message, shapes_yaml, tmp_path, log):
     base = ["--project", tmp_path, "--noplots", "--epochs", 1]
     if case == "missing_data":
         args = ["--data", tmp_path / "nope.yaml", *FAST]
@@ -210,7 +198,7 @@ def test_bad_input_gives_one_line_error(case, message, shapes_yaml, tmp_path, lo
     else:
         args = ["--data", shapes_yaml, *FAST, "--hyp", tmp_path / "missing_hyp.yaml"]
     assert _train(*args, *base) == 1
-    errors = [line for line in log_text.getvalue().splitlines() if line.startswith("ERROR")]
+    errors = [line for line in log.messages if line.startswith("ERROR")]
     assert len(errors) == 1 and message in errors[0]
     assert not list(tmp_path.glob("exp*")), "a failed start must not leave a run folder"
 
