@@ -24,7 +24,7 @@ from utils.boxes import non_max_suppression, scale_boxes, xyxy2xywh
 from utils.checkpoint import CheckpointError
 from utils.downloads import DownloadError, attempt_download_weights
 from utils.files import increment_path
-from utils.log import LOGGER
+from utils.log import LOGGER, one_line
 from utils.plots import Annotator, colors, imwrite, save_one_box
 from utils.sources import SourceError, load_sources
 from utils.torch_utils import DeviceError, prepare_for_inference, select_device, time_sync
@@ -312,20 +312,16 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     return opt
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or error.__class__.__name__
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run detection from the command line; 0 when at least one image or frame was processed."""
     opt = parse_opt(argv)
     try:
         out = run(**vars(opt))
     except (CheckpointError, DownloadError, SourceError, DeviceError) as e:
-        LOGGER.error("ERROR: %s", _one_line(e))
+        LOGGER.error("ERROR: %s", one_line(e))
         return 1
     except OSError as e:  # e.g. an unwritable --project folder
-        LOGGER.error("ERROR: %s", _one_line(e))
+        LOGGER.error("ERROR: %s", one_line(e))
         return 1
     except KeyboardInterrupt:
         LOGGER.error("Interrupted")

@@ -9,7 +9,6 @@ Usage:
 
 import argparse
 import csv
-import importlib.util
 import math
 import os
 import random
@@ -47,6 +46,7 @@ from utils.log import LOGGER, set_logging
 from utils.loss import ComputeLoss
 from utils.metrics import fitness
 from utils.torch_utils import DeviceError, ModelEMA, cpu_supports_bf16, de_parallel, init_seeds, select_device
+from utils.validate import run as validate
 
 ROOT = Path(__file__).resolve().parent
 LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))  # set by torch.distributed.run
@@ -362,15 +362,7 @@ def truncate_results(file: Path, start_epoch: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Collaborators loaded lazily: test.py (a file name the standard library's 'test' package shadows) and plots
-
-
-def _test_module():
-    """test.py of this repository, imported by path."""
-    spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# Plots, loaded lazily: a plotting failure must never stop training
 
 
 def _plot(name: str, *args) -> None:
@@ -538,7 +530,6 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
     results = (0, 0, 0, 0, 0, 0, 0)
     scheduler.last_epoch = start_epoch - 1
     stopper, stop = EarlyStopping(opt.patience, best_fitness, best_epoch), False
-    run_validation = _test_module().run if main_process else None
     if main_process:
         LOGGER.info(f"Image sizes {imgsz} train, {imgsz} val\nUsing {train_loader.num_workers} dataloader workers\n"
                     f"Logging results to {save_dir}\nStarting training for {epochs} epochs...")
@@ -624,7 +615,7 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
             final_epoch = epoch + 1 == epochs or stopper.possible_stop
             eval_model = _fp16_rounded(ema.ema)  # score exactly the weights the checkpoint will hold
             if not opt.noval or final_epoch:
-                results, maps, _ = run_validation(
+                results, maps, _ = validate(
                     data, batch_size=val_bs, imgsz=imgsz, half=amp_dtype == torch.float16, model=eval_model,
                     single_cls=single_cls, dataloader=val_loader, save_dir=save_dir, plots=False,
                     compute_loss=compute_loss)
@@ -664,7 +655,7 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
                 strip_optimizer(f)
         if best.exists():
             LOGGER.info(f"\nValidating {best}...")
-            results, _, _ = run_validation(
+            results, _, _ = validate(
                 data, batch_size=val_bs, imgsz=imgsz, half=amp_dtype == torch.float16,
                 model=load_model(best, device=device), single_cls=single_cls, dataloader=val_loader,
                 save_dir=save_dir, plots=plots, compute_loss=compute_loss, verbose=True)

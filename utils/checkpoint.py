@@ -9,11 +9,13 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from models.yolo import Model
+if TYPE_CHECKING:
+    from models.yolo import Model
 
 FORMAT = "yolo-checkpoint-v1"
 
@@ -129,8 +131,10 @@ def load_checkpoint(path: str | Path) -> dict:
     raise CheckpointError(f"{path} is not a YOLO checkpoint (no model config inside)")
 
 
-def model_from_checkpoint(ckpt: dict) -> Model:
+def model_from_checkpoint(ckpt: dict) -> "Model":
     """Build a float32 Model from a loaded checkpoint dict and load its weights."""
+    from models.yolo import Model  # imported here: the models package re-exports load_model from this module
+
     try:
         model = Model(ckpt["yaml"])
     except (KeyError, ValueError, TypeError, IndexError) as e:
@@ -148,7 +152,7 @@ def model_from_checkpoint(ckpt: dict) -> Model:
     return model
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> Model:
+def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> "Model":
     """Load weights (ours or official YOLOv5 v6.0-v7.0) as an eval-mode float32 Model on device."""
     model = model_from_checkpoint(load_checkpoint(path))
     if fuse:
@@ -161,7 +165,7 @@ def fp16_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: (v.half() if v.is_floating_point() else v).detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
-def checkpoint_dict(model: Model, **extra) -> dict:
+def checkpoint_dict(model: "Model", **extra) -> dict:
     """A checkpoint dict of our format: FP16 weights, config, class names and strides, plus extra fields."""
     unwrapped = model.module if hasattr(model, "module") else model
     return {

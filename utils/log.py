@@ -16,4 +16,9 @@ def set_logging(verbose: bool = True) -> None:
     LOGGER.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
+def one_line(error: BaseException) -> str:
+    """An exception's message folded onto one line (its class name when it has no message)."""
+    return " ".join(str(error).split()) or error.__class__.__name__
+
+
 set_logging()
