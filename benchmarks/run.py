@@ -211,7 +211,8 @@ def markdown(results: dict) -> str:
     rows = [f"Machine: {results['machine']}", "", "| benchmark | figure |", "| --- | --- |"]
     for r in results.get("detect", []):
         inf = r["inference_ms"]
-        rows.append(f"| detect {r['model']} {r['precision']} at {r['shape'][0]}x{r['shape'][1]} image, batch 1 | "
+        shape = f"{r['shape'][1]}x{r['shape'][0]}"
+        rows.append(f"| detect {r['model']} {r['precision']}, --img 640, batch 1 ({shape} image) | "
                     f"{r['preprocess_ms']} ms pre-process, {inf['min']}/{inf['median']} ms inference (min/median "
                     f"of {inf['runs']}), {r['nms_ms']} ms NMS |")
     if "test" in results:

@@ -43,7 +43,11 @@ class Detect(nn.Module):
         """Training: per-level raw maps (B, na, ny, nx, no). Eval: (decoded (B, N, no), raw maps)."""
         outputs = []
         for i in range(self.nl):
-            p = self.m[i](x[i])
+            # The head runs in the weights' precision even under autocast: bfloat16's 8-bit mantissa would
+            # put box coordinates off by pixels, and these 1x1 convolutions cost little.
+            conv = self.m[i]
+            with torch.autocast(x[i].device.type, enabled=False):
+                p = conv(x[i].to(conv.weight.dtype))
             bs, _, ny, nx = p.shape
             outputs.append(p.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous())
         if self.training:
