@@ -43,11 +43,7 @@ class Detect(nn.Module):
         """Training: per-level raw maps (B, na, ny, nx, no). Eval: (decoded (B, N, no), raw maps)."""
         outputs = []
         for i in range(self.nl):
-            # The head runs in the weights' precision even under autocast: bfloat16's 8-bit mantissa would
-            # put box coordinates off by pixels, and these 1x1 convolutions cost little.
-            conv = self.m[i]
-            with torch.autocast(x[i].device.type, enabled=False):
-                p = conv(x[i].to(conv.weight.dtype))
+            p = self.m[i](x[i])
             bs, _, ny, nx = p.shape
             outputs.append(p.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous())
         if self.training:
@@ -57,8 +53,10 @@ class Detect(nn.Module):
     def decode(self, i: int, p: torch.Tensor) -> torch.Tensor:
         """Turn one level's raw map into (B, na*ny*nx, no) boxes in input pixels, all after sigmoid."""
         bs, _, ny, nx, _ = p.shape
-        grid, anchor_grid = self._grid(i, nx, ny, p.dtype, p.device)
-        y = p.sigmoid()
+        dtype = torch.float32 if p.dtype == torch.bfloat16 else p.dtype
+        grid, anchor_grid = self._grid(i, nx, ny, dtype, p.device)
+        # Decoded in float32 at least: under bfloat16 autocast (8-bit mantissa) box coordinates would be off by pixels.
+        y = (p.float() if p.dtype == torch.bfloat16 else p).sigmoid()
         xy, wh, rest = y.split((2, 2, self.nc + 1), 4)
         xy = (xy * 2 + grid) * self.stride[i]
         wh = (wh * 2) ** 2 * anchor_grid
