@@ -10,6 +10,7 @@ yolov5n.pt come from ../shared (or --coco128 / --weights); yolov5s is timed with
 """
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -146,6 +147,29 @@ def bench_metric(n_images: int) -> dict:
     return metric_speed.run(n_images=n_images)
 
 
+def _cuda_median_seconds(step, device: torch.device, steps: int, warmup: int = 3) -> float:
+    """Median seconds of step() over steps runs after warmup runs, synchronised around each."""
+    times = []
+    for i in range(warmup + steps):
+        torch.cuda.synchronize(device)
+        t = time.perf_counter()
+        step()
+        torch.cuda.synchronize(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _amp_train_step(model, compute_loss, optimizer, scaler, images, targets, amp: bool) -> None:
+    """One CUDA training step, under FP16 autocast with loss scaling when amp."""
+    with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+        loss, _ = compute_loss(model(images), targets)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def bench_cuda(device: str, steps: int) -> dict:
     """yolov5s at 640: AMP vs float32 training (batch 64) and FP16 vs float32 inference (batch 32)."""
     from models.yolo import Model
@@ -167,21 +191,10 @@ def bench_cuda(device: str, steps: int) -> dict:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, nesterov=True)
         scaler = torch.amp.GradScaler("cuda", enabled=amp)
         torch.cuda.reset_peak_memory_stats(dev)
-        times = []
-        for i in range(steps + 3):
-            torch.cuda.synchronize(dev)
-            t = time.perf_counter()
-            with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
-                loss, _ = compute_loss(model(images), targets)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            torch.cuda.synchronize(dev)
-            if i >= 3:
-                times.append(time.perf_counter() - t)
+        step = functools.partial(_amp_train_step, model, compute_loss, optimizer, scaler, images, targets, amp)
+        seconds = _cuda_median_seconds(step, dev, steps)
         key = "amp" if amp else "float32"
-        out[f"train_{key}"] = {"images_per_s": round(64 / statistics.median(times), 1),
+        out[f"train_{key}"] = {"images_per_s": round(64 / seconds, 1),
                                "peak_memory_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)}
         del model, optimizer, compute_loss
         torch.cuda.empty_cache()
@@ -189,16 +202,9 @@ def bench_cuda(device: str, steps: int) -> dict:
     batch = images[:32]
     for half in (False, True):
         m, x = (model.half(), batch.half()) if half else (model.float(), batch.float())
-        times = []
         with torch.inference_mode():
-            for i in range(steps + 3):
-                torch.cuda.synchronize(dev)
-                t = time.perf_counter()
-                m(x)
-                torch.cuda.synchronize(dev)
-                if i >= 3:
-                    times.append(time.perf_counter() - t)
-        out[f"inference_{'fp16' if half else 'float32'}"] = {"images_per_s": round(32 / statistics.median(times), 1)}
+            seconds = _cuda_median_seconds(lambda m=m, x=x: m(x), dev, steps)
+        out[f"inference_{'fp16' if half else 'float32'}"] = {"images_per_s": round(32 / seconds, 1)}
     out["amp_speedup"] = round(out["train_amp"]["images_per_s"] / out["train_float32"]["images_per_s"], 2)
     out["amp_memory_ratio"] = round(out["train_amp"]["peak_memory_gib"] / out["train_float32"]["peak_memory_gib"], 2)
     out["fp16_inference_speedup"] = round(out["inference_fp16"]["images_per_s"]
@@ -276,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             results["metric"] = bench_metric(opt.metric_images)
         if "cuda" in opt.only and cuda:
             results["cuda"] = bench_cuda(opt.device, steps=10)
+        elif "cuda" in opt.only:
+            print("No CUDA device selected or available (--device 0 on a CUDA machine): GPU figures skipped")
     opt.out.mkdir(parents=True, exist_ok=True)
     (opt.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
