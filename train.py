@@ -42,9 +42,9 @@ from utils.checkpoint import (
 from utils.datasets import DatasetError, create_dataloader, list_image_files, load_data_config, load_hyp
 from utils.downloads import DownloadError, attempt_download_weights
 from utils.files import increment_path
-from utils.log import LOGGER, set_logging
+from utils.log import LOGGER, one_line, set_logging
 from utils.loss import ComputeLoss
-from utils.metrics import fitness
+from utils.metrics import MetricsError, fitness
 from utils.torch_utils import DeviceError, ModelEMA, cpu_supports_bf16, de_parallel, init_seeds, select_device
 from utils.validate import run as validate
 
@@ -723,8 +723,8 @@ def main(opt: argparse.Namespace) -> int:
         hyp, opt, device, resume_ckpt = setup_run(opt)
         train(hyp, opt, device, resume_ckpt)
         return 0
-    except (TrainError, DatasetError, CheckpointError, DeviceError) as e:
-        LOGGER.error(f"ERROR: {e}")
+    except (TrainError, DatasetError, CheckpointError, DeviceError, DownloadError, MetricsError) as e:
+        LOGGER.error(f"ERROR: {one_line(e)}")
         return 1
     except OSError as e:  # e.g. a full disk while saving: the previous checkpoint is intact
         LOGGER.error(f"ERROR: {e.__class__.__name__}: {e}")
