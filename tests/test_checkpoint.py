@@ -134,3 +134,16 @@ def test_import_v7_style_detection_model_pickle(tmp_path, monkeypatch):
     x = torch.rand(1, 3, 128, 160)
     with torch.no_grad():
         torch.testing.assert_close(loaded(x)[0], model.float()(x)[0], rtol=1e-3, atol=1e-3)
+
+
+def test_derived_anchor_grid_buffer_is_ignored(tmp_path):
+    model = Model("yolov5n.yaml", nc=2).eval()
+    ckpt = checkpoint_dict(model)
+    ckpt["model"]["model.24.anchor_grid"] = torch.zeros(3, 1, 3, 1, 1, 2)  # as some older YOLOv5 files hold
+    ckpt["model"]["model.24.unknown"] = torch.zeros(1)
+    save_checkpoint(ckpt, tmp_path / "extra.pt")
+    with pytest.raises(CheckpointError, match="1 unexpected"):  # anything else still fails loudly
+        load_model(tmp_path / "extra.pt")
+    del ckpt["model"]["model.24.unknown"]
+    save_checkpoint(ckpt, tmp_path / "old.pt")
+    assert load_model(tmp_path / "old.pt").names == ["0", "1"]

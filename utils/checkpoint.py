@@ -139,7 +139,9 @@ def model_from_checkpoint(ckpt: dict) -> "Model":
         model = Model(ckpt["yaml"])
     except (KeyError, ValueError, TypeError, IndexError) as e:
         raise CheckpointError(f"checkpoint holds an unsupported model config: {e}") from None
-    state = {k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items()}
+    # Some older YOLOv5 files also keep Detect's anchor_grid as a buffer; it is derived from the anchors.
+    state = {k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items()
+             if not k.endswith(".anchor_grid")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("num_batches_tracked")]
     if missing or unexpected:
