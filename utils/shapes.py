@@ -19,7 +19,7 @@ CLASSES = ("circle", "square", "triangle", "star", "cross")
 # other classes (a first version with yellow stars had them confused with green squares after a short training).
 COLORS = ((40, 40, 220), (40, 200, 40), (220, 80, 30), (235, 235, 235), (210, 40, 210))
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "shapes"
-N_TRAIN, N_VAL, IMG_SIZE, SEED = 224, 60, 256, 0
+N_TRAIN, N_VAL, IMG_SIZE, SEED = 400, 60, 256, 0
 
 
 def _polygon(cls: int, cx: float, cy: float, r: float, angle: float) -> np.ndarray:
