@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset, distributed
 
 from utils.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, random_perspective
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
+from utils.downloads import DownloadError, safe_download
 from utils.log import LOGGER
 
 try:  # Pillow comes with matplotlib; used only to read image headers (size, EXIF) when verifying
@@ -195,15 +196,12 @@ def download_dataset(spec, root: Path) -> None:
     if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
         raise DatasetError(f"'download' must be a URL, a list of URLs or a 'bash ...' command; inline Python "
                            f"is not run: download the dataset into {root} yourself")
-    from utils import downloads  # lazy: only needed when a dataset is missing
-
-    download_file = getattr(downloads, "download_file", None) or downloads.safe_download
     parent = root.parent
     parent.mkdir(parents=True, exist_ok=True)
     for url in urls:
         try:
-            target = download_file(url, parent / Path(url.split("?")[0]).name)
-        except Exception as e:  # offline, HTTP error...: one line, whatever the downloader raised
+            target = safe_download(url, parent / Path(url.split("?")[0]).name)
+        except DownloadError as e:  # offline, HTTP error...
             raise DatasetError(f"dataset download failed: {e}") from None
         if str(target).endswith(".zip"):
             unzip(target, parent)
