@@ -27,6 +27,7 @@ from utils.checkpoint import checkpoint_dict, load_model, save_checkpoint  # noq
 from utils.datasets import create_dataloader, load_data_config, load_hyp  # noqa: E402
 from utils.loss import ComputeLoss  # noqa: E402
 from utils.shapes import generate_shapes  # noqa: E402
+from utils.torch_utils import select_device  # noqa: E402
 
 
 class CheckFailed(Exception):
@@ -51,7 +52,7 @@ def make_shapes(folder: Path, n_train: int, img: int) -> Path:
 def amp_training(data_yaml: Path, steps: int, img: int, batch: int, workers: int, folder: Path,
                  device: torch.device) -> dict:
     """Part 1 and 2: an FP16 autocast + GradScaler loop on yolov5s, then a checkpoint round trip."""
-    import train  # the optimiser and precision helpers of train.py
+    from utils.trainer import smart_optimizer  # train.py's optimiser set-up
 
     low = torch.float16 if device.type == "cuda" else torch.bfloat16
     data = load_data_config(data_yaml)
@@ -60,7 +61,7 @@ def amp_training(data_yaml: Path, steps: int, img: int, batch: int, workers: int
     hyp["cls"] *= data["nc"] / 80
     hyp["obj"] *= (img / 640) ** 2
     compute_loss = ComputeLoss(model, hyp)
-    optimizer = train.smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
+    optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
     scaler = torch.amp.GradScaler(device.type, growth_interval=50)  # grows after 50 clean steps: the scale must move
     loader = create_dataloader(data["train"], img, batch, 32, hyp=hyp, augment=True, workers=workers, shuffle=True,
                                nc=data["nc"])[0]
@@ -148,11 +149,11 @@ def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int,
     n_boxes = sum(len(r.boxes) for r in found.results)
     check(all(torch.isfinite(torch.as_tensor(r.boxes)).all() for r in found.results), "non-finite FP16 detections")
 
-    validate = train._test_module().run
+    from utils.validate import run as validate
     maps = {}
     for half in (True, False):
         (p, r, map50, map5095, *_), _, _ = validate(data, batch_size=batch, imgsz=img, half=half,
-                                                    model=load_model(best, device=train.select_device(device)),
+                                                    model=load_model(best, device=select_device(device)),
                                                     plots=False,
                                                     save_dir=folder / "val")
         maps[half] = map5095

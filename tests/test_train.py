@@ -11,6 +11,7 @@ from torch import nn
 
 import train
 from models.yolo import Model
+from utils import trainer
 from utils.checkpoint import load_model
 from utils.shapes import generate_shapes
 
@@ -49,7 +50,7 @@ def finished_run(shapes_yaml, tmp_path_factory):
 def test_end_to_end_outputs(finished_run):
     with open(finished_run / "results.csv", newline="") as f:
         rows = list(csv.reader(f))
-    assert rows[0] == train.RESULT_COLUMNS
+    assert rows[0] == trainer.RESULT_COLUMNS
     assert [int(r[0]) for r in rows[1:]] == [0, 1]
     assert all(math.isfinite(float(v)) for r in rows[1:] for v in r)
     assert float(rows[1][1]) > 0  # a training box loss was logged
@@ -61,7 +62,7 @@ def test_final_checkpoints_are_fp16_weights_only(finished_run):
     for name in ("last.pt", "best.pt"):
         file = finished_run / "weights" / name
         ckpt = torch.load(file, map_location="cpu", weights_only=True)
-        assert not set(train.RESUME_KEYS) & set(ckpt), "resume-only entries must be stripped"
+        assert not set(trainer.RESUME_KEYS) & set(ckpt), "resume-only entries must be stripped"
         floats = [v for v in ckpt["model"].values() if v.is_floating_point()]
         assert floats and all(v.dtype == torch.float16 for v in floats)
         fp32_bytes = sum(v.numel() * 4 for v in floats)
@@ -74,7 +75,7 @@ def test_final_checkpoints_are_fp16_weights_only(finished_run):
 
 
 def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, monkeypatch, log):
-    save = train.save_checkpoint
+    save = trainer.save_checkpoint
 
     def save_then_interrupt(ckpt, path):  # like Ctrl-C (or a kill) right after epoch 0's last.pt is written
         save(ckpt, path)
@@ -142,7 +143,7 @@ def test_official_weights_fine_tune(shapes_yaml, shared, tmp_path, log):
 
 
 def test_cpu_amp_trains_under_bfloat16(shapes_yaml, tmp_path, log):
-    if not train.cpu_supports_bf16():
+    if not trainer.cpu_supports_bf16():
         pytest.skip("this CPU has no bfloat16 support")
     args = ["--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, "--noplots", "--amp"]
     assert _train(*args) == 0
@@ -152,7 +153,7 @@ def test_cpu_amp_trains_under_bfloat16(shapes_yaml, tmp_path, log):
 
 
 def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log):
-    real_loss, calls = train.ComputeLoss, []
+    real_loss, calls = trainer.ComputeLoss, []
 
     class NanOnFirstBatch(real_loss):
         def __call__(self, preds, targets):
@@ -209,67 +210,67 @@ def test_bad_input_gives_one_line_error(case, message, shapes_yaml, tmp_path, lo
 
 def test_optimizer_groups_and_lr_schedule():
     model = Model("yolov5n.yaml", nc=2)
-    opt = train.smart_optimizer(model, "SGD", lr=0.01, momentum=0.937, decay=5e-4)
+    opt = trainer.smart_optimizer(model, "SGD", lr=0.01, momentum=0.937, decay=5e-4)
     biases, weights, bn = (g["params"] for g in opt.param_groups)
     assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 5e-4, 0.0]
     assert opt.param_groups[0]["nesterov"]
     assert len(biases) + len(weights) + len(bn) == len(list(model.parameters()))
     bn_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.BatchNorm2d)}
     assert {id(p) for p in bn} == bn_ids and all(p.ndim == 1 for p in biases)
-    assert isinstance(train.smart_optimizer(model, "AdamW", 0.001, 0.9, 5e-4), torch.optim.AdamW)
+    assert isinstance(trainer.smart_optimizer(model, "AdamW", 0.001, 0.9, 5e-4), torch.optim.AdamW)
 
-    linear, cos = train.lr_lambda(100, 0.01), train.lr_lambda(100, 0.01, cos=True)
+    linear, cos = trainer.lr_lambda(100, 0.01), trainer.lr_lambda(100, 0.01, cos=True)
     assert linear(0) == 1 and linear(100) == pytest.approx(0.01) and linear(50) == pytest.approx(0.505)
     assert cos(0) == pytest.approx(1) and cos(100) == pytest.approx(0.01) and cos(50) == pytest.approx(0.505)
     assert cos(25) > linear(25)
 
 
 def test_early_stopping():
-    stopper = train.EarlyStopping(patience=2)
+    stopper = trainer.EarlyStopping(patience=2)
     assert [stopper(e, f) for e, f in enumerate([0.1, 0.3, 0.2, 0.25])] == [False, False, False, True]
     assert stopper.best_epoch == 1 and stopper.best_fitness == 0.3
-    never = train.EarlyStopping(patience=0)
+    never = trainer.EarlyStopping(patience=0)
     assert not any(never(e, 0.0 if e else 1.0) for e in range(50))
 
 
 def test_truncate_results_drops_epochs_to_redo(tmp_path):
     file = tmp_path / "results.csv"
     for epoch in range(4):
-        train.write_results_row(file, [epoch] + [0.5] * 13)
-    train.truncate_results(file, 2)
+        trainer.write_results_row(file, [epoch] + [0.5] * 13)
+    trainer.truncate_results(file, 2)
     assert _epochs(file) == [0, 1]
 
 
 def test_plain_args_and_weight_transfer():
     opt = train.parse_opt(["--img", "320", "--freeze", "10"])
     opt.save_dir = Path("runs/train/exp")
-    plain = train.plain_args(opt)
+    plain = trainer.plain_args(opt)
     assert plain["imgsz"] == 320 and plain["freeze"] == [10] and plain["amp"] is None
     assert plain["save_dir"] == "runs/train/exp"
     src = {"a": torch.zeros(2), "b": torch.zeros(3), "anchors": torch.zeros(1)}
     dst = {"a": torch.ones(2), "b": torch.ones(4), "anchors": torch.ones(1)}
-    assert list(train.intersect_state_dicts(src, dst)) == ["a", "anchors"]
-    assert list(train.intersect_state_dicts(src, dst, exclude=("anchor",))) == ["a"]
+    assert list(trainer.intersect_state_dicts(src, dst)) == ["a", "anchors"]
+    assert list(trainer.intersect_state_dicts(src, dst, exclude=("anchor",))) == ["a"]
 
 
 def test_freeze_layers():
     model = Model("yolov5n.yaml", nc=2)
-    train.freeze_layers(model, [3])
+    trainer.freeze_layers(model, [3])
     frozen = {n.split(".")[1] for n, p in model.named_parameters() if not p.requires_grad}
     assert frozen == {"0", "1", "2"}
 
 
 def test_amp_policy_on_cpu():
     cpu = torch.device("cpu")
-    assert train.resolve_amp(None, cpu) is None and train.resolve_amp(False, cpu) is None
-    if not train.cpu_supports_bf16():
-        assert train.resolve_amp(True, cpu) is None
+    assert trainer.resolve_amp(None, cpu) is None and trainer.resolve_amp(False, cpu) is None
+    if not trainer.cpu_supports_bf16():
+        assert trainer.resolve_amp(True, cpu) is None
         pytest.skip("this CPU has no bfloat16 support")
-    assert train.resolve_amp(True, cpu) == torch.bfloat16
+    assert trainer.resolve_amp(True, cpu) == torch.bfloat16
     torch.manual_seed(0)
     model = Model("yolov5n.yaml", nc=2)
-    assert train.check_amp(model, torch.rand(1, 3, 64, 64), torch.bfloat16)
-    assert not train.check_amp(_DisagreesUnderAutocast(), torch.rand(1, 3, 64, 64), torch.bfloat16)
+    assert trainer.check_amp(model, torch.rand(1, 3, 64, 64), torch.bfloat16)
+    assert not trainer.check_amp(_DisagreesUnderAutocast(), torch.rand(1, 3, 64, 64), torch.bfloat16)
 
 
 class _DisagreesUnderAutocast(nn.Module):
@@ -284,7 +285,7 @@ class _DisagreesUnderAutocast(nn.Module):
 
 def test_all_finite_guards_checkpoints():
     model = Model("yolov5n.yaml", nc=2)
-    assert train.all_finite(model)
+    assert trainer.all_finite(model)
     model.model[0].conv.weight.data[0, 0, 0, 0] = float("nan")
-    assert not train.all_finite(model)
+    assert not trainer.all_finite(model)
     assert np.isnan(model.model[0].conv.weight.detach().numpy()).any()
