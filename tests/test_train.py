@@ -81,9 +81,9 @@ def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, mon
         save(ckpt, path)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "save_checkpoint", save_then_interrupt)
+    monkeypatch.setattr(trainer, "save_checkpoint", save_then_interrupt)
     assert _train("--data", shapes_yaml, *FAST, "--epochs", 3, "--project", tmp_path, "--noplots") == 130
-    monkeypatch.setattr(train, "save_checkpoint", save)
+    monkeypatch.setattr(trainer, "save_checkpoint", save)
     last = tmp_path / "exp" / "weights" / "last.pt"
     interrupted = torch.load(last, weights_only=True)
     assert interrupted["epoch"] == 0 and "optimizer" in interrupted and interrupted["ema_updates"] > 0
@@ -163,7 +163,7 @@ def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log)
                 return loss * float("nan"), items * float("nan")
             return loss, items
 
-    monkeypatch.setattr(train, "ComputeLoss", NanOnFirstBatch)
+    monkeypatch.setattr(trainer, "ComputeLoss", NanOnFirstBatch)
     assert _train("--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, "--noplots", "--noval") == 0
     text = log.text
     assert "non-finite loss" in text and "step skipped" in text
