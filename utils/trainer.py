@@ -4,7 +4,6 @@ train.py parses the command line and calls train(); each helper here is also usa
 scripts/gpu_check.py).
 """
 
-
 import argparse
 import csv
 import math
