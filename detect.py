@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from models import load_model
+from utils.augment import check_img_size as _check_img_size
 from utils.boxes import non_max_suppression, scale_boxes, xyxy2xywh
 from utils.checkpoint import CheckpointError
 from utils.downloads import DownloadError, attempt_download_weights
@@ -55,13 +56,7 @@ class DetectRun:
 def check_img_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -> list[int]:
     """[h, w] image size rounded up to multiples of stride (with a warning when it changes)."""
     size = [int(imgsz)] * 2 if isinstance(imgsz, (int, float)) else [int(v) for v in imgsz]
-    if len(size) == 1:
-        size *= 2
-    rounded = [max(-(-v // stride) * stride, stride) for v in size]
-    if rounded != size:
-        LOGGER.warning("WARNING: --img-size %s must be a multiple of max stride %d, updating to %s",
-                       size, stride, rounded)
-    return rounded
+    return _check_img_size(size * 2 if len(size) == 1 else size, stride)
 
 
 def _display_available() -> bool:

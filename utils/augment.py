@@ -6,6 +6,19 @@ import random
 import cv2
 import numpy as np
 
+from utils.log import LOGGER
+
+
+def check_img_size(imgsz: int | list[int], stride: int = 32, floor: int = 0) -> int | list[int]:
+    """Image size(s) rounded up to multiples of stride (and at least floor), with a warning when they change."""
+    sizes = [int(imgsz)] if isinstance(imgsz, (int, float)) else [int(v) for v in imgsz]
+    rounded = [max(-(-v // stride) * stride, stride, floor) for v in sizes]
+    if rounded != sizes:
+        shown = (sizes[0], rounded[0]) if isinstance(imgsz, (int, float)) else (sizes, rounded)
+        LOGGER.warning(f"WARNING: --img-size {shown[0]} must be a multiple of max stride {stride}, updating to "
+                       f"{shown[1]}")
+    return rounded[0] if isinstance(imgsz, (int, float)) else rounded
+
 
 def letterbox(
     image: np.ndarray,

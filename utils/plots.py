@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from utils.boxes import xywh2xyxy, xyxy2xywh
+from utils.log import LOGGER
 
 # 20 well-separated RGB colours, cycled by class index.
 _PALETTE_HEX = (
@@ -171,3 +172,11 @@ def plot_images(images, targets, paths=None, fname: str | Path = "images.jpg", n
     fname.parent.mkdir(parents=True, exist_ok=True)
     imwrite(fname, annotator.result(), [cv2.IMWRITE_JPEG_QUALITY, 90])
     return annotator.result()
+
+
+def save_batch_plot(images, targets, paths, file: Path, names) -> None:
+    """plot_images for run logs (train_batch*.jpg, val_batch*.jpg): a failure is a warning, never the end of a run."""
+    try:
+        plot_images(images, targets, paths, file, names)
+    except Exception as e:  # a plot must never stop training or validation
+        LOGGER.warning(f"WARNING: could not plot {Path(file).name}: {e}")

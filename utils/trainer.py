@@ -25,7 +25,7 @@ from torch.optim import lr_scheduler
 from tqdm import tqdm
 
 from models.yolo import Model
-from utils.augment import letterbox
+from utils.augment import check_img_size, letterbox
 from utils.autoanchor import check_anchors
 from utils.checkpoint import (
     checkpoint_dict,
@@ -39,6 +39,7 @@ from utils.downloads import DownloadError, attempt_download_weights
 from utils.log import LOGGER
 from utils.loss import ComputeLoss
 from utils.metrics import fitness
+from utils.plots import save_batch_plot
 from utils.torch_utils import ModelEMA, cpu_supports_bf16, de_parallel, init_seeds
 from utils.validate import run as validate
 
@@ -122,14 +123,6 @@ def _make_model(cfg, nc: int, anchors: int | None) -> Model:
         raise TrainError(str(e)) from None
     except (KeyError, ValueError, TypeError, IndexError) as e:
         raise TrainError(f"unusable model config {cfg if not isinstance(cfg, dict) else ''}: {e}") from None
-
-
-def check_img_size(imgsz: int, stride: int, floor: int = 0) -> int:
-    """imgsz rounded up to a multiple of stride (and at least floor), with a warning when it changed."""
-    new = max(math.ceil(imgsz / stride) * stride, floor)
-    if new != imgsz:
-        LOGGER.warning(f"WARNING: --img-size {imgsz} must be a multiple of max stride {stride}, updating to {new}")
-    return new
 
 
 def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
@@ -278,7 +271,7 @@ def truncate_results(file: Path, start_epoch: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Plots, loaded lazily: a plotting failure must never stop training
+# Charts (matplotlib, loaded lazily): a plotting failure must never stop training
 
 
 def _plot(name: str, *args) -> None:
@@ -289,15 +282,6 @@ def _plot(name: str, *args) -> None:
         getattr(charts, name)(*args)
     except Exception as e:  # a plot must never stop training
         LOGGER.warning(f"WARNING: {name} failed: {e}")
-
-
-def _plot_batch(images, targets, paths, file: Path, names) -> None:
-    try:
-        from utils.plots import plot_images
-
-        plot_images(images, targets, paths, file, names)
-    except Exception as e:
-        LOGGER.warning(f"WARNING: could not plot {file.name}: {e}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -520,7 +504,7 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
                 pbar.set_description(("%11s" * 2 + "%11.4g" * 5) % (
                     f"{epoch}/{epochs - 1}", mem, *mloss.tolist(), targets.shape[0], imgs.shape[-1]))
                 if plots and ni < 3:
-                    _plot_batch(imgs, targets, paths, save_dir / f"train_batch{ni}.jpg", names)
+                    save_batch_plot(imgs, targets, paths, save_dir / f"train_batch{ni}.jpg", names)
         if n_skipped and main_process:
             LOGGER.warning(f"WARNING: {n_skipped} steps skipped for non-finite losses or gradients in epoch {epoch}")
 

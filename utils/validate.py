@@ -14,6 +14,7 @@ import torch
 from tqdm import tqdm
 
 from models import load_model
+from utils.augment import check_img_size
 from utils.boxes import non_max_suppression, scale_boxes, xywh2xyxy, xyxy2xywh
 from utils.datasets import create_dataloader, list_image_files, load_data_config
 from utils.downloads import attempt_download_weights
@@ -31,6 +32,7 @@ from utils.metrics import (
     load_coco_ground_truth,
     pycocotools_stats,
 )
+from utils.plots import save_batch_plot
 from utils.torch_utils import prepare_for_inference, select_device, time_sync
 
 TASKS = ("train", "val", "test", "speed")
@@ -90,14 +92,6 @@ def _json_ground_truth(ann_json: str, names: list[str], image_ids: list[int]
 # Validation
 
 
-def _round_img_size(imgsz: int, stride: int) -> int:
-    """imgsz rounded up to a multiple of stride (with a warning when it changes)."""
-    rounded = max(-(-int(imgsz) // stride) * stride, stride)
-    if rounded != int(imgsz):
-        LOGGER.warning(f"WARNING: --img-size {imgsz} must be a multiple of max stride {stride}, updating to {rounded}")
-    return rounded
-
-
 def _predictions_to_targets(output: list[torch.Tensor]) -> torch.Tensor:
     """NMS output of a batch as plot_images' prediction rows [batch_idx, cls, cx, cy, w, h, conf] (pixels)."""
     rows = []
@@ -105,16 +99,6 @@ def _predictions_to_targets(output: list[torch.Tensor]) -> torch.Tensor:
         det = det.float().cpu()
         rows.append(torch.cat((torch.full((len(det), 1), i), det[:, 5:6], xyxy2xywh(det[:, :4]), det[:, 4:5]), 1))
     return torch.cat(rows, 0) if rows else torch.zeros((0, 7))
-
-
-def _plot_batch(images, targets, paths, file: Path, names) -> None:
-    """A validation batch mosaic; a failure is only a warning."""
-    try:
-        from utils.plots import plot_images
-
-        plot_images(images, targets, paths, file, names)
-    except Exception as e:  # a plot must never stop validation
-        LOGGER.warning(f"WARNING: could not plot {file.name}: {e}")
 
 
 def _print_table(m: DetectionMetrics, seen: int, verbose: bool, training: bool) -> None:
@@ -288,7 +272,7 @@ def run(
     save_dir = Path(save_dir) if save_dir else increment_path(Path(project) / name, exist_ok=exist_ok)
     (save_dir / "labels" if save_txt else save_dir).mkdir(parents=True, exist_ok=True)
     if dataloader is None:
-        imgsz = _round_img_size(imgsz, stride)
+        imgsz = check_img_size(imgsz, stride)
         dataloader = _validation_loader(data, split, task, imgsz, batch_size, stride, single_cls, workers, nc,
                                         n_images)
     files = dataloader.dataset.im_files
@@ -342,8 +326,8 @@ def run(
                     txt = save_dir / "labels" / f"{Path(paths[si]).stem}.txt"
                     _save_txt(det, im.shape[2:], shapes[si], save_conf, txt)
             if plots and batch_i < 3:
-                _plot_batch(im, targets, paths, save_dir / f"val_batch{batch_i}_labels.jpg", names)
-                _plot_batch(im, _predictions_to_targets(output), paths, save_dir / f"val_batch{batch_i}_pred.jpg",
+                save_batch_plot(im, targets, paths, save_dir / f"val_batch{batch_i}_labels.jpg", names)
+                save_batch_plot(im, _predictions_to_targets(output), paths, save_dir / f"val_batch{batch_i}_pred.jpg",
                             names)
     finally:
         model.train(was_training)
