@@ -24,7 +24,8 @@ def _number(text: str, kind: type) -> float | int:
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got {text!r}")
+        what = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     return value
