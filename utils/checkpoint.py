@@ -7,6 +7,7 @@ the file names to an inert record, so nothing named in the file is imported or e
 
 import os
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,27 +54,45 @@ def _is_allowed(name: str) -> bool:
     return name.startswith(_SAFE_PREFIXES + _SAFE_PREFIXES_NUMPY) or name in _SAFE_NAMES
 
 
+def _torch_reason(e: Exception) -> str:
+    """The useful part of torch's load error, one line, without its advice to pass weights_only=False."""
+    text = str(e)
+    if "WeightsUnpickler error:" in text:  # the weights-only unpickler's verdict, after paragraphs of advice
+        text = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n\n")[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip() and "weights_only" not in line.lower()
+             and "weights only" not in line.lower()]
+    reason = lines[0] if lines else ""
+    reason = reason.split(" This is an internal miniz error")[0]  # keep the cause, not the speculation after it
+    return f"{e.__class__.__name__}: {reason}" if reason else e.__class__.__name__
+
+
+def _refused(path: Path, e: Exception) -> CheckpointError:
+    return CheckpointError(f"refused to load {path}: it could not be read as a PyTorch checkpoint (a plain pickle, "
+                           f"a damaged file or another format; {_torch_reason(e)}); nothing from the file was run")
+
+
 def _torch_load_safely(path: Path) -> object:
     """torch.load with weights_only=True; classes from an official YOLOv5 pickle become _Records."""
-    try:
-        if zipfile.is_zipfile(path):
-            names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-        else:
-            names = []  # legacy format: the weights-only unpickler alone refuses any unknown global
-    except Exception as e:
-        raise CheckpointError(f"cannot read checkpoint {path}: {e.__class__.__name__}: {e}") from None
-    refused = sorted(n for n in names if not _is_allowed(n))
-    if refused:
-        raise CheckpointError(
-            f"refusing to load {path}: it names {', '.join(refused)}, which a model checkpoint never needs "
-            "(nothing from the file was run)"
-        )
-    try:
-        with torch.serialization.safe_globals([(_Record, n) for n in names]):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        raise CheckpointError(f"cannot load checkpoint {path} (truncated or not a checkpoint?): {first_line}") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns about pickle protocols of files it is about to refuse
+        try:
+            if zipfile.is_zipfile(path):
+                names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+            else:
+                names = []  # legacy format: the weights-only unpickler alone refuses any unknown global
+        except Exception as e:
+            raise _refused(path, e) from None
+        refused = sorted(n for n in names if not _is_allowed(n))
+        if refused:
+            raise CheckpointError(
+                f"refusing to load {path}: it names {', '.join(refused)}, which a model checkpoint never needs "
+                "(nothing from the file was run)"
+            )
+        try:
+            with torch.serialization.safe_globals([(_Record, n) for n in names]):
+                return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise _refused(path, e) from None
 
 
 def _record_state_dict(record: _Record, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -93,60 +112,113 @@ def _record_state_dict(record: _Record, prefix: str = "") -> dict[str, torch.Ten
     return out
 
 
-def _names_list(names, nc: int) -> list[str]:
+def _names_list(names, nc: int, where: str) -> list[str]:
+    """The class names as a list of nc strings (YOLOv5 v7.0 stores a {index: name} dict), or CheckpointError."""
+    if names is None:
+        raise CheckpointError(f"{where} has no class names ('names')")
     if isinstance(names, dict):
-        names = [names[k] for k in sorted(names)]
-    if not names or len(names) != nc:
-        return [str(i) for i in range(nc)]
+        if set(names) != set(range(len(names))):
+            raise CheckpointError(f"{where}: its class names are a dict whose keys are not 0..{len(names) - 1}")
+        names = [names[k] for k in range(len(names))]
+    if not isinstance(names, (list, tuple)):
+        raise CheckpointError(f"{where}: its class names are a {type(names).__name__}, not a list")
+    if len(names) != nc:
+        raise CheckpointError(f"{where} has {len(names)} class names for the {nc} classes of its config")
     return [str(n) for n in names]
 
 
-def _from_official(ckpt: dict) -> dict:
+def _config_nc(cfg, where: str) -> int:
+    """The class count of a model config, checked to be a dict with a positive integer 'nc'."""
+    if cfg is None:
+        raise CheckpointError(f"{where} has no model config ('yaml')")
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{where}: its model config ('yaml') is a {type(cfg).__name__}, not a mapping")
+    nc = cfg.get("nc")
+    if isinstance(nc, bool) or not isinstance(nc, int) or nc < 1:
+        raise CheckpointError(f"{where}: its model config has no valid class count 'nc' (found {nc!r})")
+    return nc
+
+
+def _check_weights(state, where: str) -> None:
+    """A state dict of named tensors, all finite: NaN or inf weights load fine and then detect nothing."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{where}: its 'model' entry is a {type(state).__name__}, not a state dict of tensors")
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{where}: its 'model' entry holds {key!r}: {type(value).__name__}, not a named "
+                                  f"tensor")
+    for key, value in state.items():
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise CheckpointError(f"{where}: weight {key} holds NaN or infinite values (a diverged or damaged "
+                                  f"training run); refusing it")
+
+
+def _from_official(ckpt: dict, where: str) -> dict:
     """Convert an official YOLOv5 checkpoint dict (with a recorded Model) into our format."""
     record = ckpt.get("ema") if isinstance(ckpt.get("ema"), _Record) else ckpt.get("model")
     if not isinstance(record, _Record) or not isinstance(record.__dict__.get("yaml"), dict):
-        raise CheckpointError("checkpoint has no YOLOv5 model with a config")
+        raise CheckpointError(f"{where} has no YOLOv5 model with a config")
     cfg = record.__dict__["yaml"]
     return {
         "format": FORMAT,
         "model": _record_state_dict(record),
         "yaml": cfg,
-        "names": _names_list(record.__dict__.get("names"), cfg["nc"]),
+        "names": _names_list(record.__dict__.get("names"), _config_nc(cfg, where), where),
         "source": "yolov5",
     }
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint (ours or official YOLOv5) as a dict with 'model' (a state_dict), 'yaml' and 'names'."""
+    """Load a checkpoint (ours or official YOLOv5) as a dict with 'model' (a state_dict), 'yaml' and 'names'.
+
+    Raises CheckpointError for a file that is missing, unsafe, unreadable or inconsistent (names that do not fit
+    the class count, a config that is not a mapping, a 'model' that is not a state dict, non-finite weights)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"weights file not found: {path}")
     ckpt = _torch_load_safely(path)
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{path} is not a model checkpoint (it holds a {type(ckpt).__name__})")
+    where = f"checkpoint {path}"
     if ckpt.get("format") == FORMAT:
-        return ckpt
-    if isinstance(ckpt.get("model"), _Record) or isinstance(ckpt.get("ema"), _Record):
-        return _from_official(ckpt)
-    raise CheckpointError(f"{path} is not a YOLO checkpoint (no model config inside)")
+        ckpt["names"] = _names_list(ckpt.get("names"), _config_nc(ckpt.get("yaml"), where), where)
+    elif isinstance(ckpt.get("model"), _Record) or isinstance(ckpt.get("ema"), _Record):
+        ckpt = _from_official(ckpt, where)
+    else:
+        raise CheckpointError(f"{path} is not a YOLO checkpoint (no model config inside)")
+    _check_weights(ckpt.get("model"), where)
+    return ckpt
 
 
-def model_from_checkpoint(ckpt: dict) -> "Model":
+def _shape_mismatch(model: nn.Module, state: dict[str, torch.Tensor]) -> str | None:
+    """The first weight whose shape differs from the model's, described, or None."""
+    own = model.state_dict()
+    for key, value in state.items():
+        if key in own and own[key].shape != value.shape:
+            return f"{key} is {tuple(value.shape)} in the file but {tuple(own[key].shape)} in the config"
+    return None
+
+
+def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> "Model":
     """Build a float32 Model from a loaded checkpoint dict and load its weights."""
     from models.yolo import Model  # imported here: the models package re-exports load_model from this module
 
     try:
         model = Model(ckpt["yaml"])
-    except (KeyError, ValueError, TypeError, IndexError) as e:
-        raise CheckpointError(f"checkpoint holds an unsupported model config: {e}") from None
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError, ZeroDivisionError) as e:
+        raise CheckpointError(f"{where} holds an unsupported model config: {e.__class__.__name__}: "
+                              f"{' '.join(str(e).split())}") from None
     # Some older YOLOv5 files also keep Detect's anchor_grid as a buffer; it is derived from the anchors.
     state = {k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items()
              if not k.endswith(".anchor_grid")}
+    mismatch = _shape_mismatch(model, state)
+    if mismatch:  # load_state_dict would raise a multi-line RuntimeError listing every tensor
+        raise CheckpointError(f"{where}: weights do not match its config: {mismatch}")
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("num_batches_tracked")]
     if missing or unexpected:
         raise CheckpointError(
-            f"checkpoint weights do not match its config: {len(missing)} missing (e.g. {missing[:2]}), "
+            f"{where}: weights do not match its config: {len(missing)} missing (e.g. {missing[:2]}), "
             f"{len(unexpected)} unexpected (e.g. {unexpected[:2]})"
         )
     model.names = list(ckpt["names"])
@@ -156,7 +228,7 @@ def model_from_checkpoint(ckpt: dict) -> "Model":
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> "Model":
     """Load weights (ours or official YOLOv5 v6.0-v7.0) as an eval-mode float32 Model on device."""
-    model = model_from_checkpoint(load_checkpoint(path))
+    model = model_from_checkpoint(load_checkpoint(path), f"checkpoint {path}")
     if fuse:
         model.fuse()
     return model.to(device).eval()
