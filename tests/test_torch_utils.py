@@ -48,3 +48,62 @@ def test_bf16_inference_decodes_boxes_in_float32():
     # Box centres stay within a few pixels of float32 (bfloat16 coordinates would be off by up to 2 px at 320).
     assert (out[..., :2] - reference[..., :2]).abs().max() < 4.0
     assert (out[..., 4] - reference[..., 4]).abs().max() < 0.05
+
+
+def _machine(monkeypatch, cuda: int, mps: bool) -> None:
+    """Pretend this machine has `cuda` CUDA devices and MPS or not."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+
+@pytest.mark.parametrize("request_", ["cuda", "cuda:0", "0", "0,1", " CUDA "])
+def test_absent_cuda_is_an_error_not_the_cpu(monkeypatch, request_):
+    _machine(monkeypatch, cuda=0, mps=False)
+    with pytest.raises(DeviceError, match="no CUDA GPU") as err:
+        select_device(request_)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("request_", ["gpu", "foo", "-1", "0,-1", "cuda:x", ",", "cuda:cpu", "1.5"])
+def test_garbage_devices_are_errors(monkeypatch, request_):
+    _machine(monkeypatch, cuda=2, mps=True)
+    with pytest.raises(DeviceError, match="invalid --device"):
+        select_device(request_)
+
+
+def test_devices_that_exist(monkeypatch):
+    _machine(monkeypatch, cuda=0, mps=False)
+    assert select_device("") == torch.device("cpu") and select_device("cpu") == torch.device("cpu")
+    with pytest.raises(DeviceError, match="MPS is not available"):
+        select_device("mps")
+    _machine(monkeypatch, cuda=0, mps=True)
+    assert select_device("mps") == torch.device("mps") and select_device("") == torch.device("cpu")
+    _machine(monkeypatch, cuda=2, mps=False)
+    assert select_device("") == torch.device("cuda:0") and select_device("cuda") == torch.device("cuda:0")
+    assert select_device("1") == torch.device("cuda:1") and select_device("cuda:1") == torch.device("cuda:1")
+    assert select_device("0,1") == torch.device("cuda:0") and select_device("cpu") == torch.device("cpu")
+    with pytest.raises(DeviceError, match="only 2 CUDA device"):
+        select_device("2")
+    with pytest.raises(DeviceError, match="only 2 CUDA device"):
+        select_device("0,3")
+
+
+def test_test_py_refuses_an_absent_device(monkeypatch, tmp_path, shared, log):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("yolo_test", Path(__file__).resolve().parents[1] / "test.py")
+    yolo_test = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(yolo_test)
+    _machine(monkeypatch, cuda=0, mps=False)
+    data = tmp_path / "data.yaml"
+    data.write_text(f"path: {shared / 'datasets/coco128'}\ntrain: images/train2017\nval: images/train2017\n"
+                    "nc: 80\nnames: [" + ", ".join(f"c{i}" for i in range(80)) + "]\n")
+    for device, words in (("cuda", "no CUDA GPU"), ("mps", "MPS is not available"), ("foo", "invalid --device")):
+        log.clear()
+        code = yolo_test.main(["--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"), "--device",
+                               device, "--project", str(tmp_path / "runs"), "--no-plots"])
+        errors = [m for m in log.messages if m.startswith("ERROR")]
+        assert code == 1 and len(errors) == 1 and words in errors[0] and "\n" not in errors[0], log.messages
+    assert not (tmp_path / "runs").exists()  # nothing ran, no empty run folder

@@ -19,21 +19,30 @@ class DeviceError(Exception):
 
 
 def select_device(device: str = "") -> torch.device:
-    """Parse YOLOv5-style --device ('' auto, 'cpu', '0', '0,1') into the torch.device to run on."""
-    device = str(device).strip().lower().replace("cuda:", "").replace(" ", "")
-    if device == "cpu":
+    """Parse YOLOv5-style --device ('' best available, 'cpu', 'mps', 'cuda', '0', '0,1', 'cuda:1') into a torch.device.
+
+    A device that is asked for but absent is a DeviceError (one line), never a silent fall-back to the CPU."""
+    text = str(device).strip().lower().replace(" ", "")
+    if text == "cpu":
         return torch.device("cpu")
-    if device in ("", "cuda"):
+    if text == "":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    if device == "mps":
+    if text == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise DeviceError("--device mps asks for Apple's Metal GPU, but MPS is not available here "
+                              "(use --device cpu, or '' for the best available device)")
         return torch.device("mps")
-    ids = [d for d in device.split(",") if d]
-    if not all(d.isdigit() for d in ids):
-        raise DeviceError(f"invalid --device '{device}': use '', 'cpu', or CUDA indices such as '0' or '0,1'")
+    ids = ["0"] if text == "cuda" else [d for d in text.removeprefix("cuda:").split(",") if d]
+    if not ids or not all(d.isdigit() for d in ids):
+        raise DeviceError(f"invalid --device {str(device)!r}: use '' (best available), 'cpu', 'mps', 'cuda', or CUDA "
+                          f"indices such as '0' or '0,1'")
     if not torch.cuda.is_available():
-        raise DeviceError(f"--device {device} asks for CUDA, but no CUDA GPU is available here (use --device cpu)")
-    if max(int(d) for d in ids) >= torch.cuda.device_count():
-        raise DeviceError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+        raise DeviceError(f"--device {device} asks for CUDA, but no CUDA GPU is available here (use --device cpu, or "
+                          f"'' for the best available device)")
+    count = torch.cuda.device_count()
+    if max(int(d) for d in ids) >= count:
+        raise DeviceError(f"--device {device}: only {count} CUDA device(s) are visible (indices 0-{count - 1})")
     return torch.device(f"cuda:{ids[0]}")
 
 
