@@ -9,6 +9,8 @@ Usage:
 
 
 import argparse
+import errno
+import math
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +22,8 @@ from utils.checkpoint import (
     CheckpointError,
     load_checkpoint,
 )
-from utils.datasets import DatasetError, load_hyp
+from utils.cli import Parser, float_in, int_in
+from utils.datasets import HYP_KEYS, DatasetError, load_hyp
 from utils.downloads import DownloadError
 from utils.files import increment_path
 from utils.log import LOGGER, one_line, set_logging
@@ -35,16 +38,33 @@ ROOT = Path(__file__).resolve().parent
 # Command line
 
 
-def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
-    """YOLOv5's train.py flags."""
-    p = argparse.ArgumentParser(description="Train a YOLOv5 detector")
+def _batch_size(text: str) -> int:
+    """argparse type for --batch-size: an integer >= 1; YOLOv5's -1 (AutoBatch) is not supported."""
+    try:
+        return int_in(1)(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e} (AutoBatch -1 is not supported)") from None
+
+
+def _smoothing(text: str) -> float:
+    """argparse type for --label-smoothing: a number in [0, 1) (1 would make every target uniform)."""
+    value = float_in(-math.inf, math.inf)(text)  # a finite number, or float_in's message
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value:g}")
+    return value
+
+
+def build_parser() -> Parser:
+    """YOLOv5's train.py flags, with numeric ones range-checked at parse time."""
+    p = Parser(description="Train a YOLOv5 detector")
     p.add_argument("--weights", type=str, default="", help="initial weights: '' (scratch), ours or official YOLOv5")
     p.add_argument("--cfg", type=str, default="", help="model YAML, e.g. yolov5s.yaml")
     p.add_argument("--data", type=str, default="coco128.yaml", help="dataset YAML")
     p.add_argument("--hyp", type=str, default=str(ROOT / "data" / "hyp.scratch.yaml"), help="hyperparameter YAML")
-    p.add_argument("--epochs", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=16, help="total batch size for all processes")
-    p.add_argument("--imgsz", "--img", "--img-size", type=int, default=640, help="train and val image size (pixels)")
+    p.add_argument("--epochs", type=int_in(1), default=100)
+    p.add_argument("--batch-size", type=_batch_size, default=16, help="total batch size for all processes")
+    p.add_argument("--imgsz", "--img", "--img-size", type=int_in(32), default=640,
+                   help="train and val image size (pixels)")
     p.add_argument("--rect", action="store_true", help="rectangular training batches")
     p.add_argument("--resume", nargs="?", const=True, default=False, help="resume the newest run, or a given last.pt")
     p.add_argument("--nosave", action="store_true", help="only save the final checkpoint")
@@ -57,25 +77,34 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--single-cls", action="store_true", help="train multi-class data as one class")
     p.add_argument("--optimizer", type=str, choices=["SGD", "Adam", "AdamW"], default="SGD")
     p.add_argument("--sync-bn", action="store_true", help="SyncBatchNorm, only in distributed CUDA training")
-    p.add_argument("--workers", type=int, default=8, help="max dataloader workers (per process in DDP)")
+    p.add_argument("--workers", type=int_in(0), default=8, help="max dataloader workers (per process in DDP)")
     p.add_argument("--project", default=str(ROOT / "runs" / "train"), help="save to project/name")
     p.add_argument("--name", default="exp", help="save to project/name")
     p.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
     p.add_argument("--cos-lr", action="store_true", help="cosine LR schedule")
-    p.add_argument("--label-smoothing", type=float, default=0.0, help="label smoothing epsilon")
-    p.add_argument("--patience", type=int, default=100, help="early stopping patience (epochs without improvement)")
-    p.add_argument("--freeze", nargs="+", type=int, default=[0], help="freeze layers: backbone=10, first3=0 1 2")
+    p.add_argument("--label-smoothing", type=_smoothing, default=0.0, help="label smoothing epsilon, in [0, 1)")
+    p.add_argument("--patience", type=int_in(0), default=100,
+                   help="early stopping patience (epochs without improvement; 0 disables)")
+    p.add_argument("--freeze", nargs="+", type=int_in(0), default=[0], help="freeze layers: backbone=10, first3=0 1 2")
     p.add_argument("--save-period", type=int, default=-1, help="save a checkpoint every x epochs (disabled if < 1)")
     p.add_argument("--seed", type=int, default=0, help="global training seed")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="mixed precision (default: on for CUDA; on CPU --amp uses bfloat16 where supported)")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
+    """YOLOv5's train.py flags; a bad value exits 2 with one line naming the flag."""
+    return build_parser().parse_args(argv)
 
 
 def find_resume_checkpoint(resume, project: str | Path) -> Path:
     """--resume's last.pt: the given file, or the newest last.pt under the project folder."""
     if isinstance(resume, str) and resume != "True":
         path = Path(resume)
+        if path.is_dir():
+            raise TrainError(f"--resume {resume} is a folder: give the run's checkpoint, e.g. "
+                             f"{path / 'weights' / 'last.pt'}")
         if not path.is_file():
             raise TrainError(f"--resume {resume}: file not found")
         return path
@@ -94,7 +123,8 @@ def resume_options(opt: argparse.Namespace) -> tuple[argparse.Namespace, dict]:
     if "optimizer" not in ckpt or "train_model" not in ckpt:
         raise TrainError(f"{last} cannot be resumed: its training finished and the optimizer state was stripped, "
                          f"nothing to resume")
-    saved = argparse.Namespace(**ckpt["train_args"])
+    check_resume_state(ckpt, last)
+    saved = saved_options(ckpt["train_args"], last)
     if ckpt["epoch"] + 1 >= saved.epochs:
         raise TrainError(f"{last}: training to {saved.epochs} epochs is finished, nothing to resume")
     defaults = parse_opt([])
@@ -105,6 +135,82 @@ def resume_options(opt: argparse.Namespace) -> tuple[argparse.Namespace, dict]:
     saved.save_dir = str(last.parent.parent)
     LOGGER.info(f"Resuming training from {last} at epoch {ckpt['epoch'] + 1}")
     return saved, ckpt
+
+
+def check_resume_state(ckpt: dict, last: Path) -> None:
+    """TrainError unless the resume-only entries of a checkpoint have the types train.py writes."""
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def tensors(v) -> bool:
+        return isinstance(v, dict) and bool(v) and all(isinstance(x, torch.Tensor) for x in v.values())
+
+    checks = {
+        "epoch": (whole, "a whole number >= 0"),
+        "best_fitness": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+                         "a finite number"),
+        "ema_updates": (whole, "a whole number >= 0"),
+        "optimizer": (lambda v: isinstance(v, dict) and "state" in v and "param_groups" in v, "an optimizer state"),
+        "train_model": (tensors, "a state dict of tensors"),
+    }
+    for key, (ok, what) in checks.items():
+        if key not in ckpt or not ok(ckpt[key]):
+            found = f"a {type(ckpt[key]).__name__}" if key in ckpt else "missing"
+            raise TrainError(f"{last} cannot be resumed: its '{key}' entry must be {what} ({found}); "
+                             f"not a checkpoint written by train.py, or a damaged one")
+
+
+# Options a resumed run cannot do without; the others fall back to today's defaults.
+SAVED_REQUIRED = ("data", "epochs", "batch_size", "imgsz", "hyp")
+
+
+def saved_options(args, last: Path) -> argparse.Namespace:
+    """The run options saved in a checkpoint ('train_args'), checked as the command line would be, or TrainError."""
+    where = f"{last} cannot be resumed: its training options"
+    if not isinstance(args, dict):
+        raise TrainError(f"{where} ('train_args') are a {type(args).__name__}, not a mapping")
+    missing = [k for k in SAVED_REQUIRED if k not in args]
+    if missing:
+        raise TrainError(f"{where} lack {', '.join(missing)}")
+    parser = build_parser()
+    opt = parser.parse_args([])
+    for action in parser._actions:
+        key = action.dest
+        if key in args and key not in ("help", "resume", "weights", "cfg"):  # the last three are set by resume
+            problem = _saved_value_problem(action, args[key], getattr(opt, key))
+            if problem:
+                raise TrainError(f"{where}: {action.option_strings[0]} {problem}")
+            setattr(opt, key, args[key])
+    for key, value in args.items():  # e.g. save_dir, which is not a flag
+        if not hasattr(opt, key):
+            setattr(opt, key, value)
+    return opt
+
+
+def _saved_value_problem(action: argparse.Action, value, default) -> str | None:
+    """Why a saved option's value is not one the flag accepts, or None."""
+    if action.dest == "hyp" and isinstance(value, dict):
+        bad = [k for k in HYP_KEYS if k not in value or isinstance(value[k], bool)
+               or not isinstance(value[k], (int, float)) or not math.isfinite(value[k])]
+        return f"lacks a finite value for {', '.join(bad)}" if bad else None
+    if value is None:
+        return None if default is None else "is missing (None)"
+    values = value if action.nargs in ("+", "*") else [value]
+    if action.nargs in ("+", "*") and (not isinstance(value, list) or not value):
+        return f"must be a non-empty list, got {value!r}"
+    if isinstance(default, bool) or action.type is None and default is None:
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+    kind = str if action.type in (None, str) else (float, int) if isinstance(default, float) else int
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, kind):
+            return f"has the wrong type: {v!r}"
+        try:
+            v = action.type(str(v)) if action.type not in (None, str) else v
+        except (argparse.ArgumentTypeError, ValueError) as e:
+            return str(e)
+        if action.choices and v not in action.choices:
+            return f"must be one of {', '.join(map(str, action.choices))}, got {v!r}"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -140,6 +246,8 @@ def setup_run(opt: argparse.Namespace) -> tuple[dict, argparse.Namespace, torch.
             device = torch.device("cuda", LOCAL_RANK)
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", timeout=timedelta(hours=3))
     if not opt.resume:
+        if Path(opt.project).exists() and not Path(opt.project).is_dir():
+            raise TrainError(f"--project {opt.project} is a file, not a folder")
         save_dir = str(increment_path(Path(opt.project) / opt.name, exist_ok=opt.exist_ok)) if RANK in (-1, 0) else None
         if RANK != -1:  # all processes must agree on the folder
             box = [save_dir]
@@ -158,8 +266,9 @@ def main(opt: argparse.Namespace) -> int:
     except (TrainError, DatasetError, CheckpointError, DeviceError, DownloadError, MetricsError) as e:
         LOGGER.error(f"ERROR: {one_line(e)}")
         return 1
-    except OSError as e:  # e.g. a full disk while saving: the previous checkpoint is intact
-        LOGGER.error(f"ERROR: {e.__class__.__name__}: {e}")
+    except OSError as e:  # e.g. a full disk while writing results: saved checkpoints are intact
+        full = "the disk is full (ENOSPC): " if e.errno == errno.ENOSPC else ""
+        LOGGER.error(f"ERROR: {full}{e.__class__.__name__}: {one_line(e)}")
         return 1
     except KeyboardInterrupt:
         LOGGER.error("Training interrupted")

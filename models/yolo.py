@@ -84,7 +84,7 @@ def make_divisible(x: float, divisor: int = 8) -> int:
 
 
 def load_cfg(cfg: str | Path | dict) -> dict:
-    """Read a model YAML (a path, or a bare name such as 'yolov5s.yaml' found in models/)."""
+    """Read a model YAML (a path, or a bare name such as 'yolov5s.yaml' found in models/); ValueError if unusable."""
     if isinstance(cfg, dict):
         return deepcopy(cfg)
     path = Path(cfg)
@@ -92,25 +92,90 @@ def load_cfg(cfg: str | Path | dict) -> dict:
         path = CFG_DIR / path.name
     if not path.exists():
         raise FileNotFoundError(f"model config not found: {cfg}")
-    with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    if path.is_dir():
+        raise ValueError("it is a folder, not a model YAML file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"not readable as YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(data, dict):
+        raise ValueError("it must hold a YAML mapping with nc, anchors, backbone and head")
+    return data
+
+
+def _check_cfg(cfg: dict) -> list:
+    """The layer list of a model config; ValueError naming the first entry that cannot describe a model."""
+    nc, anchors = cfg.get("nc"), cfg.get("anchors")
+    if not _whole(nc, 1):
+        raise ValueError(f"'nc' must be a whole number >= 1, got {nc!r}")
+    for key in ("depth_multiple", "width_multiple"):
+        v = cfg.get(key, 1.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ValueError(f"'{key}' must be a positive number, got {v!r}")
+    per_level = isinstance(anchors, list) and anchors and all(
+        isinstance(a, list) and a and len(a) % 2 == 0 and len(a) == len(anchors[0])
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in a) for a in anchors)
+    if not per_level and not _whole(anchors, 1):
+        raise ValueError("'anchors' must be a list of levels, each with the same even number of positive sizes "
+                         f"(w1, h1, w2, h2, ...), or a count per level; got {anchors!r}")
+    backbone, head = cfg.get("backbone"), cfg.get("head")
+    if not isinstance(backbone, list) or not isinstance(head, list) or not backbone + head:
+        raise ValueError("'backbone' and 'head' must be lists of layers [from, repeats, module, args]")
+    layers = backbone + head
+    for i, layer in enumerate(layers):
+        _check_layer(i, layer, last=i == len(layers) - 1)
+    return layers
+
+
+def _whole(v, low: int) -> bool:
+    """Whether v is an int (not a bool) >= low."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _check_layer(i: int, layer, last: bool) -> None:
+    """ValueError when layer i is not [from, repeats, module, args] with inputs from earlier layers."""
+    if not isinstance(layer, list) or len(layer) != 4:
+        raise ValueError(f"layer {i} must be a list [from, repeats, module, args], got {layer!r}")
+    f, n, name, args = layer
+    froms = [f] if isinstance(f, int) else f if isinstance(f, list) and f else None
+    if froms is None or not all(_whole(x, -(2**31)) for x in froms):
+        raise ValueError(f"layer {i}: 'from' must be a layer index or a list of them, got {f!r}")
+    # Inputs come from earlier layers only: 0..i-1, or counted back from this one (-1 is the previous layer).
+    bad = [x for x in froms if not (x == -1 or -i <= x < i)]
+    if bad:
+        valid = f"-1, 0..{i - 1} or -{i}..-1" if i else "-1 (the input image)"
+        raise ValueError(f"layer {i}: input {bad[0]} is not an earlier layer (valid: {valid})")
+    if not _whole(n, 1):
+        raise ValueError(f"layer {i}: repeats must be a whole number >= 1, got {n!r}")
+    if not isinstance(name, str) or (name not in LAYERS and name != "Detect"):
+        raise ValueError(f"unknown layer type '{name}' in model config (layer {i})")
+    if not isinstance(args, list):
+        raise ValueError(f"layer {i} ({name}): args must be a list, got {args!r}")
+    if (name == "Detect") != last:
+        raise ValueError(f"the last layer, and only it, must be Detect (layer {i} is {name})")
 
 
 def parse_model(cfg: dict, ch: int = 3) -> tuple[nn.Sequential, list[int]]:
     """Build the layer list from a YOLOv5 YAML dict; return it and the indices whose outputs are reused."""
+    cfg_layers = _check_cfg(cfg)
     anchors, nc = cfg["anchors"], cfg["nc"]
     gd, gw = cfg.get("depth_multiple", 1.0), cfg.get("width_multiple", 1.0)
     na = len(anchors[0]) // 2 if isinstance(anchors, list) else anchors
     no = na * (nc + 5)
     channels = [ch]
     layers, save = [], []
-    for i, (f, n, name, args) in enumerate(cfg["backbone"] + cfg["head"]):
-        if name not in LAYERS and name != "Detect":
-            raise ValueError(f"unknown layer type '{name}' in model config (layer {i})")
+    for i, (f, n, name, args) in enumerate(cfg_layers):
+        if (name in ("Concat", "Detect")) != isinstance(f, list):
+            need = "a list of layer indices" if name in ("Concat", "Detect") else "one layer index"
+            raise ValueError(f"layer {i} ({name}): 'from' must be {need}, got {f!r}")
         # Official YAMLs write 'None', 'nc' and 'anchors' as bare words that YOLOv5 evaluates.
         args = [{"nc": nc, "anchors": anchors, "None": None}.get(a, a) if isinstance(a, str) else a for a in args]
         n = max(round(n * gd), 1) if n > 1 else n
         if name in ("Conv", "Bottleneck", "C3", "SPPF"):
+            if not args or not _whole(args[0], 1):
+                raise ValueError(f"layer {i} ({name}): output channels (first arg) must be a whole number >= 1, "
+                                 f"got {args[0] if args else 'none'!r}")
             c1, c2 = channels[f], args[0]
             if c2 != no:
                 c2 = make_divisible(c2 * gw, 8)
@@ -124,13 +189,13 @@ def parse_model(cfg: dict, ch: int = 3) -> tuple[nn.Sequential, list[int]]:
         elif name == "Concat":
             c2 = sum(channels[x] for x in f)
         elif name == "Detect":
+            _check_detect_args(i, args, len(f))
             args.append([channels[x] for x in f])
             if isinstance(args[1], int):  # anchors given as a count per level
                 args[1] = [list(range(args[1] * 2))] * len(f)
         else:
             c2 = channels[f]
-        module_cls = Detect if name == "Detect" else LAYERS[name]
-        module = nn.Sequential(*(module_cls(*args) for _ in range(n))) if n > 1 else module_cls(*args)
+        module = _make_layer(i, name, args, n)
         module.i, module.f = i, f  # layer index and where its input comes from
         save.extend(x % i for x in ([f] if isinstance(f, int) else f) if x != -1)
         layers.append(module)
@@ -140,13 +205,32 @@ def parse_model(cfg: dict, ch: int = 3) -> tuple[nn.Sequential, list[int]]:
     return nn.Sequential(*layers), sorted(set(save))
 
 
+def _check_detect_args(i: int, args: list, n_inputs: int) -> None:
+    """ValueError unless Detect's args are [nc, anchors] with one anchor level per input."""
+    if len(args) != 2 or not _whole(args[0], 1):
+        raise ValueError(f"layer {i} (Detect): args must be [nc, anchors], got {args!r}")
+    if isinstance(args[1], list) and len(args[1]) != n_inputs:
+        raise ValueError(f"layer {i} (Detect): {len(args[1])} anchor levels for {n_inputs} inputs")
+    if not isinstance(args[1], list) and not _whole(args[1], 1):
+        raise ValueError(f"layer {i} (Detect): anchors must be a list of levels or a count, got {args[1]!r}")
+
+
+def _make_layer(i: int, name: str, args: list, n: int) -> nn.Module:
+    """Layer i: n modules of type name built from args, or ValueError saying why it cannot be built."""
+    module_cls = Detect if name == "Detect" else LAYERS[name]
+    try:
+        return nn.Sequential(*(module_cls(*args) for _ in range(n))) if n > 1 else module_cls(*args)
+    except (TypeError, ValueError, RuntimeError, IndexError) as e:
+        raise ValueError(f"layer {i} ({name}) cannot be built from args {args}: {' '.join(str(e).split())}") from None
+
+
 class Model(nn.Module):
     """YOLOv5 detector. Forward takes (B, 3, H, W) in [0, 1]; see Detect.forward for the outputs."""
 
     def __init__(self, cfg: str | Path | dict = "yolov5s.yaml", ch: int = 3, nc: int | None = None, anchors=None):
         super().__init__()
         self.yaml = load_cfg(cfg)
-        if nc is not None and nc != self.yaml["nc"]:
+        if nc is not None and nc != self.yaml.get("nc"):
             self.yaml["nc"] = nc
         if anchors is not None:
             self.yaml["anchors"] = anchors
@@ -154,9 +238,8 @@ class Model(nn.Module):
         self.names = [str(i) for i in range(self.yaml["nc"])]
         detect = self.model[-1]
         # Strides from a dry run: input size over each output map's size.
-        with torch.no_grad():
-            probe = 256
-            maps = self.forward(torch.zeros(1, ch, probe, probe))
+        probe = 256
+        maps = self._dry_run(torch.zeros(1, ch, probe, probe))
         detect.stride = torch.tensor([probe / m.shape[-2] for m in maps])
         detect.anchors /= detect.stride.view(-1, 1, 1)
         self._check_anchor_order()
@@ -172,6 +255,21 @@ class Model(nn.Module):
             if m.f != -1:
                 x = outputs[m.f] if isinstance(m.f, int) else [x if j == -1 else outputs[j] for j in m.f]
             x = m(x)
+            outputs.append(x if m.i in self.save else None)
+        return x
+
+    @torch.no_grad()
+    def _dry_run(self, x: torch.Tensor):
+        """forward() on a probe image; ValueError naming the first layer whose inputs do not fit it."""
+        outputs = []
+        for m in self.model:
+            if m.f != -1:
+                x = outputs[m.f] if isinstance(m.f, int) else [x if j == -1 else outputs[j] for j in m.f]
+            try:
+                x = m(x)
+            except (RuntimeError, ValueError, IndexError) as e:
+                raise ValueError(f"layer {m.i} ({type(m).__name__}) cannot take its inputs: "
+                                 f"{' '.join(str(e).split())}") from None
             outputs.append(x if m.i in self.save else None)
         return x
 

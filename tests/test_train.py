@@ -113,7 +113,8 @@ def test_failed_save_keeps_previous_checkpoint(shapes_yaml, tmp_path, monkeypatc
     monkeypatch.setattr(torch, "save", save_then_fail)
     assert _train("--data", shapes_yaml, *FAST, "--epochs", 2, "--project", tmp_path, "--noplots") == 1
     monkeypatch.setattr(torch, "save", real_save)
-    assert "No space left on device" in log.text
+    errors = [line for line in log.messages if line.startswith("ERROR")]
+    assert len(errors) == 1 and "the disk is full (ENOSPC)" in errors[0] and "last.pt" in errors[0]
     weights = tmp_path / "exp" / "weights"
     ckpt = torch.load(weights / "last.pt", weights_only=True)
     assert ckpt["epoch"] == 0 and "optimizer" in ckpt
@@ -174,7 +175,6 @@ def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log)
 @pytest.mark.parametrize("case, message", [
     ("missing_data", "not found"),
     ("unknown_hyp", "unknown hyperparameter"),
-    ("batch_too_large", "larger than"),
     ("nothing_to_resume", "nothing to resume"),
     ("no_model", "--cfg or --weights"),
     ("missing_weights", "not found"),
@@ -188,8 +188,6 @@ def test_bad_input_gives_one_line_error(case, message, shapes_yaml, tmp_path, lo
         hyp = train.load_hyp("hyp.scratch.yaml") | {"lr_typo": 0.1}
         (tmp_path / "hyp.yaml").write_text("\n".join(f"{k}: {v}" for k, v in hyp.items()))
         args = ["--data", shapes_yaml, *FAST, "--hyp", tmp_path / "hyp.yaml"]
-    elif case == "batch_too_large":
-        args = ["--data", shapes_yaml, *FAST[:-4], "--batch-size", 64, "--workers", 0]
     elif case == "nothing_to_resume":
         args = ["--resume"]
     elif case == "no_model":

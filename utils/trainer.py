@@ -6,6 +6,7 @@ scripts/gpu_check.py).
 
 import argparse
 import csv
+import errno
 import math
 import os
 import random
@@ -34,7 +35,7 @@ from utils.checkpoint import (
     load_model,
     save_checkpoint,
 )
-from utils.datasets import create_dataloader, list_image_files, load_data_config
+from utils.datasets import create_dataloader, load_data_config
 from utils.downloads import DownloadError, attempt_download_weights
 from utils.log import LOGGER
 from utils.loss import ComputeLoss
@@ -89,9 +90,12 @@ def build_model(opt: argparse.Namespace, nc: int, hyp: dict, device: torch.devic
     """The model to train: from --cfg, from --weights with every matching tensor transferred, or resumed."""
     anchors = int(hyp["anchors"]) if hyp.get("anchors") else None
     if resume_ckpt is not None:  # the training weights (not the EMA) of the interrupted run
+        saved_nc = resume_ckpt["yaml"].get("nc")
+        if saved_nc != nc:
+            raise TrainError(f"{opt.weights} cannot be resumed: it was trained for {saved_nc} classes but {opt.data} "
+                             f"now has {nc}; start a new run with --weights {opt.weights}")
         model = _make_model(resume_ckpt["yaml"], nc, None)
-        model.load_state_dict({k: v.float() if v.is_floating_point() else v
-                               for k, v in resume_ckpt["train_model"].items()})
+        _load_resume_state(model, resume_ckpt["train_model"], f"{opt.weights}: its training weights")
         return model.to(device)
     if not opt.weights:
         if not opt.cfg:
@@ -116,22 +120,58 @@ def build_model(opt: argparse.Namespace, nc: int, hyp: dict, device: torch.devic
     return model.to(device)
 
 
+def _load_resume_state(module: nn.Module, state: dict, what: str) -> None:
+    """module.load_state_dict(state) as float32, or TrainError when state belongs to another model."""
+    try:
+        module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    except (RuntimeError, KeyError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise TrainError(f"{what} do not fit its model config (a checkpoint of another model?): {first}") from None
+
+
+def _load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, last: str) -> None:
+    """optimizer.load_state_dict(state), or TrainError when the state was saved for another model."""
+    try:
+        optimizer.load_state_dict(state)
+        problem = next((f"group {j} lacks {k}" for j, g in enumerate(optimizer.param_groups)
+                        for k in ("initial_lr", "lr") if k not in g), None)  # both written by a real run
+        problem = problem or next((f"a {tuple(v.shape)} buffer for a {tuple(p.shape)} weight"
+                                   for p, st in optimizer.state.items() for v in st.values()
+                                   if isinstance(v, torch.Tensor) and v.dim() and v.shape != p.shape), None)
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        problem = " ".join(str(e).split())
+    if problem:
+        raise TrainError(f"{last}: its optimizer state does not fit the model (a checkpoint of another model?): "
+                         f"{problem}")
+
+
 def _make_model(cfg, nc: int, anchors: int | None) -> Model:
     try:
         return Model(cfg, ch=3, nc=nc, anchors=anchors)
     except FileNotFoundError as e:
         raise TrainError(str(e)) from None
     except (KeyError, ValueError, TypeError, IndexError) as e:
-        raise TrainError(f"unusable model config {cfg if not isinstance(cfg, dict) else ''}: {e}") from None
+        where = "" if isinstance(cfg, dict) else f" {cfg}"
+        raise TrainError(f"unusable model config{where}: {' '.join(str(e).split())}") from None
 
 
 def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
-    """Freeze the first N layers (--freeze N) or the listed layer indices (--freeze 0 1 2)."""
-    prefixes = [f"model.{x}." for x in (freeze if len(freeze) > 1 else range(freeze[0]))]
+    """Freeze the first N layers (--freeze N) or the listed layer indices (--freeze 0 1 2); TrainError if that
+    names a layer the model does not have or leaves nothing to train."""
+    n_layers = len(model.model)
+    indices = freeze if len(freeze) > 1 else range(freeze[0])
+    beyond = [x for x in freeze if x < 0 or x > n_layers or (len(freeze) > 1 and x == n_layers)]
+    if beyond:
+        valid = f"0..{n_layers - 1}" if len(freeze) > 1 else f"0..{n_layers} (the first N layers)"
+        raise TrainError(f"--freeze {beyond[0]}: the model has {n_layers} layers, valid values are {valid}")
+    prefixes = [f"model.{x}." for x in indices]
     for name, p in model.named_parameters():
         p.requires_grad = not any(name.startswith(x) for x in prefixes)
         if not p.requires_grad:
             LOGGER.debug(f"freezing {name}")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise TrainError(f"--freeze {' '.join(map(str, freeze))} freezes every layer of the {n_layers}-layer model: "
+                         f"nothing left to train")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -239,13 +279,24 @@ def all_finite(model: nn.Module) -> bool:
 # Checkpoints, resume and results
 
 
+def save_or_explain(ckpt: dict, path: Path) -> None:
+    """save_checkpoint (atomic: a failed write leaves the previous file intact); a full disk becomes a TrainError."""
+    try:
+        save_checkpoint(ckpt, path)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        raise TrainError(f"the disk is full (ENOSPC): could not write {path} (an earlier {path.name} there is kept "
+                         f"intact); free some space, then continue with --resume") from None
+
+
 def strip_optimizer(path: str | Path) -> None:
     """Drop the resume-only entries of a checkpoint, leaving FP16 weights, config and metadata."""
     ckpt = load_checkpoint(path)
     for k in RESUME_KEYS:
         ckpt.pop(k, None)
     ckpt["model"] = {k: v.half() if v.is_floating_point() else v for k, v in ckpt["model"].items()}
-    save_checkpoint(ckpt, path)
+    save_or_explain(ckpt, Path(path))
     LOGGER.info(f"Optimizer stripped from {path}, {os.path.getsize(path) / 1e6:.1f}MB")
 
 
@@ -324,7 +375,8 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
     if main_process:
         LOGGER.info("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyp.items()))
 
-    init_seeds(opt.seed + 1 + RANK)
+    seed = opt.seed % 2**32  # --seed takes any integer; NumPy's seeds must be in [0, 2**32)
+    init_seeds((seed + 1 + RANK) % 2**32)
     with distributed_zero_first(LOCAL_RANK):
         data = load_data_config(opt.data)
     if not data.get("train") or not data.get("val"):
@@ -343,20 +395,21 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
     gs = max(int(model.stride.max()), 32)
     imgsz = check_img_size(opt.imgsz, gs, floor=gs * 2)
 
+    # Data: no label boxes at all (a forgotten labels folder) would train on backgrounds only, so it is refused
+    with distributed_zero_first(LOCAL_RANK):
+        train_loader, dataset = create_dataloader(
+            data["train"], imgsz, batch_size // WORLD_SIZE, gs, single_cls, hyp=dict(hyp), augment=True,
+            cache=None if opt.cache == "val" else opt.cache, rect=opt.rect, rank=LOCAL_RANK, workers=opt.workers,
+            shuffle=True, seed=seed, prefix="train: ", nc=nc, require_labels=True)
+    nb = len(train_loader)
+    batch_size = train_loader.batch_size * WORLD_SIZE  # the loader clips the batch to a small dataset
+
     # Optimiser: gradients accumulate to the nominal batch; weight decay scales with the effective batch
     accumulate = max(round(NBS / batch_size), 1)
     hyp["weight_decay"] *= batch_size * accumulate / NBS
     optimizer = smart_optimizer(model, opt.optimizer, hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
     lf = lr_lambda(epochs, hyp["lrf"], opt.cos_lr)
     scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda=lf)
-
-    # Data
-    with distributed_zero_first(LOCAL_RANK):
-        train_loader, dataset = create_dataloader(
-            data["train"], imgsz, batch_size // WORLD_SIZE, gs, single_cls, hyp=dict(hyp), augment=True,
-            cache=None if opt.cache == "val" else opt.cache, rect=opt.rect, rank=LOCAL_RANK, workers=opt.workers,
-            shuffle=True, seed=opt.seed, prefix="train: ", nc=nc)
-    nb = len(train_loader)
     labels = np.concatenate(dataset.labels, 0) if len(dataset.labels) else np.zeros((0, 5))
     val_loader = None
     if main_process:
@@ -364,13 +417,14 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
         weights_dir.mkdir(parents=True, exist_ok=True)
         (save_dir / "hyp.yaml").write_text(yaml.safe_dump(opt.hyp, sort_keys=False), encoding="utf-8")
         (save_dir / "opt.yaml").write_text(yaml.safe_dump(plain_args(opt), sort_keys=False), encoding="utf-8")
-        val_bs = max(1, min(batch_size // WORLD_SIZE * 2, len(list_image_files(data["val"]))))
         val_loader = create_dataloader(
-            data["val"], imgsz, val_bs, gs, single_cls, hyp=dict(hyp), cache=None if opt.noval else opt.cache,
-            rect=True, rank=-1, workers=opt.workers * 2, pad=0.5, prefix="val: ", nc=nc)[0]
+            data["val"], imgsz, train_loader.batch_size * 2, gs, single_cls, hyp=dict(hyp),
+            cache=None if opt.noval else opt.cache, rect=True, rank=-1, workers=opt.workers * 2, pad=0.5,
+            prefix="val: ", nc=nc)[0]
+        val_bs = val_loader.batch_size  # clipped to a small val set
         if not opt.resume:
             if not opt.noautoanchor:
-                check_anchors(dataset, model=model, thr=hyp["anchor_t"], imgsz=imgsz, seed=opt.seed)
+                check_anchors(dataset, model=model, thr=hyp["anchor_t"], imgsz=imgsz, seed=seed)
             if plots:
                 _plot("plot_labels", labels, names, save_dir)
 
@@ -379,12 +433,12 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
     ema = ModelEMA(model) if main_process else None
     scaler_state = None
     if opt.resume:
-        optimizer.load_state_dict(ckpt["optimizer"])
+        _load_optimizer_state(optimizer, ckpt["optimizer"], opt.weights)
         start_epoch, best_fitness = ckpt["epoch"] + 1, float(ckpt["best_fitness"])
         best_epoch = int(ckpt.get("best_epoch", ckpt["epoch"]))
         scaler_state = ckpt.get("scaler")
         if ema is not None:
-            ema.ema.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items()})
+            _load_resume_state(ema.ema, ckpt["model"], f"{opt.weights}: its EMA weights")
             ema.updates = int(ckpt["ema_updates"])
         if main_process:
             truncate_results(results_csv, start_epoch)
@@ -532,11 +586,11 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
                         scaler=scaler.state_dict(), ema_updates=ema.updates,
                         train_model=fp16_state_dict(de_parallel(model)), train_args=plain_args(opt),
                         best_epoch=stopper.best_epoch, date=datetime.now().isoformat())
-                    save_checkpoint(ckpt, last)
+                    save_or_explain(ckpt, last)
                     if best_fitness == fi:
-                        save_checkpoint(ckpt, best)
+                        save_or_explain(ckpt, best)
                     if opt.save_period > 0 and epoch % opt.save_period == 0:
-                        save_checkpoint(ckpt, weights_dir / f"epoch{epoch}.pt")
+                        save_or_explain(ckpt, weights_dir / f"epoch{epoch}.pt")
                     del ckpt
                 else:
                     LOGGER.warning(f"WARNING: non-finite weights after epoch {epoch}: checkpoint not saved")

@@ -1,0 +1,282 @@
+"""train.py on bad input: flags, tiny or unlabelled datasets, broken model YAMLs, --freeze, crafted resume
+checkpoints, a full disk. Each ends in one ERROR line (exit 1), or exit 2 for a flag, never in a traceback."""
+
+import errno
+import shutil
+
+import pytest
+import torch
+
+import train
+from models.yolo import Model
+from utils import trainer
+from utils.checkpoint import fp16_state_dict
+from utils.shapes import generate_shapes
+
+NAMES = "[circle, square, triangle, star, cross]"
+FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots", "--epochs", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_yaml(tmp_path_factory):
+    """3 train and 2 val shapes images of 64 px, fewer than the default --batch-size 16."""
+    folder = tmp_path_factory.mktemp("tiny")
+    root = generate_shapes(folder / "shapes", n_train=3, n_val=2, img_size=64)
+    file = folder / "tiny.yaml"
+    file.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {NAMES}\n")
+    return file
+
+
+def _train(*args) -> int:
+    return train.main(train.parse_opt([str(a) for a in args]))
+
+
+def _one_error(log) -> str:
+    errors = [m for m in log.messages if m.startswith("ERROR")]
+    assert len(errors) == 1, errors
+    assert "\n" not in errors[0] and "Traceback" not in errors[0]
+    return errors[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Item 4: a dataset smaller than the batch trains; one without labels is refused
+
+
+def test_tiny_dataset_trains_with_default_batch_size(tiny_yaml, tmp_path, monkeypatch, log):
+    decays = []
+    real = trainer.smart_optimizer
+
+    def record(model, name, lr, momentum, decay):
+        decays.append(decay)
+        return real(model, name, lr, momentum, decay)
+
+    monkeypatch.setattr(trainer, "smart_optimizer", record)
+    # No --batch-size: the default 16 is more than the 3 images. Any integer is a valid --seed.
+    assert _train("--data", tiny_yaml, *FAST, "--project", tmp_path, "--seed", -7) == 0
+    assert (tmp_path / "exp" / "weights" / "best.pt").is_file()
+    # Gradients accumulate to the nominal batch 64 from the loader's batch of 3 (21 steps), not from 16 (4 steps),
+    # and weight decay scales with that effective batch.
+    hyp = train.load_hyp("hyp.scratch.yaml")
+    assert decays == [pytest.approx(hyp["weight_decay"] * 3 * round(64 / 3) / 64)]
+
+
+def test_dataset_without_labels_is_refused(tmp_path, log):
+    root = generate_shapes(tmp_path / "shapes", n_train=3, n_val=2, img_size=64)
+    shutil.rmtree(root / "labels" / "train")  # the labels folder forgotten
+    data = tmp_path / "nolabels.yaml"
+    data.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {NAMES}\n")
+    assert _train("--data", data, *FAST, "--project", tmp_path / "runs") == 1
+    error = _one_error(log)
+    assert "no labels found" in error and str(root / "labels" / "train") in error
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Item 5: numeric flags are checked while parsing
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--epochs", "0", "must be an integer >= 1"),
+    ("--batch-size", "0", "must be an integer >= 1"),
+    ("--batch-size", "-1", "AutoBatch -1 is not supported"),
+    ("--imgsz", "31", "must be an integer >= 32"),
+    ("--img", "-640", "must be an integer >= 32"),
+    ("--workers", "-1", "must be an integer >= 0"),
+    ("--patience", "-2", "must be an integer >= 0"),
+    ("--label-smoothing", "1", "must be in [0, 1)"),
+    ("--label-smoothing", "-0.1", "must be in [0, 1)"),
+    ("--label-smoothing", "nan", "must be a finite number"),
+    ("--freeze", "-3", "must be an integer >= 0"),
+    ("--epochs", "ten", "must be an integer"),
+    ("--optimizer", "Lion", "invalid choice"),
+])
+def test_bad_flag_exits_2_with_one_line(flag, value, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.parse_opt([flag, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ERROR: argument ")
+    assert flag.lstrip("-") in err and message in err
+
+
+def test_valid_flag_edges_are_accepted():
+    opt = train.parse_opt(["--epochs", "1", "--batch-size", "1", "--img", "32", "--workers", "0", "--patience", "0",
+                           "--label-smoothing", "0.99", "--freeze", "0", "1", "--seed", "-5", "--save-period", "-1"])
+    assert (opt.epochs, opt.batch_size, opt.imgsz, opt.workers, opt.patience) == (1, 1, 32, 0, 0)
+    assert opt.label_smoothing == 0.99 and opt.freeze == [0, 1] and opt.seed == -5 and opt.save_period == -1
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Item 8: model configs, --freeze, a full disk, and other bad input
+
+
+def _cfg(tmp_path, old: str, new: str):
+    text = (train.ROOT / "models" / "yolov5n.yaml").read_text()
+    assert old in text
+    file = tmp_path / "model.yaml"
+    file.write_text(text.replace(old, new, 1))
+    return file
+
+
+@pytest.mark.parametrize("case, message", [
+    ("yaml_syntax", "not readable as YAML"),
+    ("folder", "is a folder"),
+    ("concat_size", "layer 12 (Concat) cannot take its inputs"),
+    ("negative_channels", "output channels (first arg) must be a whole number >= 1, got -128"),
+    ("later_layer", "input 15 is not an earlier layer"),
+    ("unknown_module", "unknown layer type 'Foo'"),
+    ("negative_repeats", "repeats must be a whole number >= 1, got -3"),
+])
+def test_unusable_cfg_gives_one_line_error(case, message, tiny_yaml, tmp_path, log):
+    if case == "yaml_syntax":
+        cfg = tmp_path / "model.yaml"
+        cfg.write_text("nc: [80\nbackbone: :\n")
+    elif case == "folder":
+        cfg = tmp_path
+    else:
+        cfg = _cfg(tmp_path, *{
+            "concat_size": ("[[-1, 6], 1, Concat, [1]]", "[[-1, 2], 1, Concat, [1]]"),
+            "negative_channels": ("[-1, 1, Conv, [128, 3, 2]]", "[-1, 1, Conv, [-128, 3, 2]]"),
+            "later_layer": ("[[-1, 6], 1, Concat, [1]]", "[[-1, 15], 1, Concat, [1]]"),
+            "unknown_module": ("SPPF, [1024, 5]", "Foo, [1024, 5]"),
+            "negative_repeats": ("[-1, 3, C3, [128]]", "[-1, -3, C3, [128]]"),
+        }[case])
+    args = ["--data", tiny_yaml, *FAST[2:], "--cfg", cfg, "--batch-size", 3, "--project", tmp_path / "runs"]
+    assert _train(*args) == 1
+    error = _one_error(log)
+    assert "unusable model config" in error and message in error
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("freeze, message", [
+    (["25"], "nothing left to train"),
+    ([str(i) for i in range(25)], "nothing left to train"),
+    (["26"], "--freeze 26: the model has 25 layers"),
+    (["3", "40"], "--freeze 40: the model has 25 layers"),
+])
+def test_freeze_that_cannot_work_is_refused(freeze, message, tiny_yaml, tmp_path, log):
+    args = ["--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path, "--freeze", *freeze]
+    assert _train(*args) == 1
+    assert message in _one_error(log)
+    assert not list(tmp_path.glob("exp*"))
+
+
+def test_full_disk_while_writing_results_is_one_line(tiny_yaml, tmp_path, monkeypatch, log):
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trainer, "write_results_row", disk_full)
+    assert _train("--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path) == 1
+    assert "the disk is full (ENOSPC)" in _one_error(log)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("project_is_a_file", "is a file, not a folder"),
+    ("broken_weights", "refused"),
+    ("missing_data", "not found"),
+    ("hyp_syntax", "could not be read"),
+])
+def test_other_bad_input_gives_one_line_error(case, message, tiny_yaml, tmp_path, log):
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint at all")
+    args = ["--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path / "runs"]
+    if case == "project_is_a_file":
+        args[-1] = junk
+    elif case == "broken_weights":
+        args += ["--weights", junk]
+    elif case == "missing_data":
+        args[1] = tmp_path / "missing.yaml"
+    else:
+        (tmp_path / "hyp.yaml").write_text("lr0: [0.01\nlrf: :\n")
+        args += ["--hyp", tmp_path / "hyp.yaml"]
+    assert _train(*args) == 1
+    assert message in _one_error(log)
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Item 8: --resume from checkpoints that cannot be resumed
+
+
+@pytest.fixture(scope="module")
+def interrupted_last(tiny_yaml, tmp_path_factory):
+    """A resumable last.pt: a 3-epoch run stopped (as by Ctrl-C) right after epoch 0 was saved."""
+    project = tmp_path_factory.mktemp("interrupted")
+    save = trainer.save_checkpoint
+
+    def save_then_interrupt(ckpt, path):
+        save(ckpt, path)
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer, "save_checkpoint", save_then_interrupt)
+        assert _train("--data", tiny_yaml, *FAST[:-1], 3, "--batch-size", 3, "--project", project) == 130
+    return project / "exp" / "weights" / "last.pt"
+
+
+def _other_model_state(ckpt: dict) -> dict:
+    return fp16_state_dict(Model("yolov5s.yaml", nc=ckpt["yaml"]["nc"]))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("class_count_changed", "trained for 5 classes but"),
+    ("other_model_weights", "training weights do not fit its model config"),
+    ("other_model_optimizer", "optimizer state does not fit the model"),
+    ("other_model_optimizer_buffers", "optimizer state does not fit the model"),
+    ("no_epoch", "'epoch' entry must be a whole number >= 0 (missing)"),
+    ("epoch_not_int", "'epoch' entry must be a whole number >= 0 (a str)"),
+    ("no_train_model", "its training finished"),
+    ("train_args_not_dict", "('train_args') are a list, not a mapping"),
+    ("train_args_lack_epochs", "lack epochs"),
+    ("train_args_wrong_type", "--epochs has the wrong type: 'ten'"),
+    ("train_args_out_of_range", "--imgsz must be an integer >= 32, got 0"),
+    ("train_args_bad_hyp", "--hyp lacks a finite value for lr0"),
+    ("folder", "is a folder"),
+])
+def test_resume_of_unusable_checkpoint_gives_one_line_error(case, message, interrupted_last, tiny_yaml, tmp_path,
+                                                            log):
+    ckpt = torch.load(interrupted_last, weights_only=True)
+    assert ckpt["epoch"] == 0 and "optimizer" in ckpt  # resumable as saved
+    args = ckpt["train_args"]
+    if case == "class_count_changed":
+        three = tmp_path / "three.yaml"
+        three.write_text(tiny_yaml.read_text().replace(NAMES, "[circle, square, triangle]"))
+        args["data"] = str(three)
+    elif case == "other_model_weights":
+        ckpt["train_model"] = _other_model_state(ckpt)
+    elif case == "other_model_optimizer":  # a fresh one: same group sizes as yolov5n, but never stepped
+        ckpt["optimizer"] = trainer.smart_optimizer(Model("yolov5s.yaml", nc=5), decay=0.0).state_dict()
+    elif case == "other_model_optimizer_buffers":  # SGD momentum of yolov5s weights
+        shapes = [p.shape for p in Model("yolov5s.yaml", nc=5).parameters()]
+        for i, state in ckpt["optimizer"]["state"].items():
+            state["momentum_buffer"] = torch.zeros(shapes[i])
+    elif case == "no_epoch":
+        del ckpt["epoch"]
+    elif case == "epoch_not_int":
+        ckpt["epoch"] = "0"
+    elif case == "no_train_model":
+        del ckpt["train_model"]
+    elif case == "train_args_not_dict":
+        ckpt["train_args"] = ["--epochs", "3"]
+    elif case == "train_args_lack_epochs":
+        del args["epochs"]
+    elif case == "train_args_wrong_type":
+        args["epochs"] = "ten"
+    elif case == "train_args_out_of_range":
+        args["imgsz"] = 0
+    elif case == "train_args_bad_hyp":
+        del args["hyp"]["lr0"]
+    last = tmp_path / "exp" / "weights" / "last.pt"
+    last.parent.mkdir(parents=True)
+    torch.save(ckpt, last)
+    assert _train("--resume", tmp_path if case == "folder" else last) == 1
+    assert message in _one_error(log)
+    assert not (tmp_path / "exp" / "results.csv").exists()  # nothing was trained
+
+
+def test_resume_of_untouched_checkpoint_still_works(interrupted_last, tmp_path):
+    last = tmp_path / "exp" / "weights" / "last.pt"
+    last.parent.mkdir(parents=True)
+    shutil.copy(interrupted_last, last)
+    assert _train("--resume", last) == 0
+    assert torch.load(last, weights_only=True)["epoch"] == 2
