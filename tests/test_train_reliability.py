@@ -51,13 +51,18 @@ def test_tiny_dataset_trains_with_default_batch_size(tiny_yaml, tmp_path, monkey
         return real(model, name, lr, momentum, decay)
 
     monkeypatch.setattr(trainer, "smart_optimizer", record)
-    # No --batch-size: the default 16 is more than the 3 images. Any integer is a valid --seed.
-    assert _train("--data", tiny_yaml, *FAST, "--project", tmp_path, "--seed", -7) == 0
+    # No --batch-size: the default 16 is more than the 3 images.
+    assert _train("--data", tiny_yaml, *FAST, "--project", tmp_path) == 0
     assert (tmp_path / "exp" / "weights" / "best.pt").is_file()
     # Gradients accumulate to the nominal batch 64 from the loader's batch of 3 (21 steps), not from 16 (4 steps),
     # and weight decay scales with that effective batch.
     hyp = train.load_hyp("hyp.scratch.yaml")
     assert decays == [pytest.approx(hyp["weight_decay"] * 3 * round(64 / 3) / 64)]
+
+
+@pytest.mark.parametrize("seed", [-7, 2**40])
+def test_any_integer_seed_trains(seed, tiny_yaml, tmp_path):
+    assert _train("--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path, "--seed", seed) == 0
 
 
 def test_dataset_without_labels_is_refused(tmp_path, log):
