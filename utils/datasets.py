@@ -5,8 +5,10 @@ import hashlib
 import math
 import os
 import random
-import subprocess
+import stat
+import tarfile
 import zipfile
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,10 +17,11 @@ import numpy as np
 import torch
 import yaml
 from torch.utils.data import DataLoader, Dataset, distributed
+from tqdm import tqdm
 
 from utils.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, random_perspective
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
-from utils.downloads import DownloadError, safe_download
+from utils.downloads import DownloadError, is_url, safe_download, url_filename
 from utils.log import LOGGER
 
 try:  # Pillow comes with matplotlib; used only to read image headers (size, EXIF) when verifying
@@ -37,7 +40,9 @@ HYP_KEYS = (
     "hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
     "flipud", "fliplr", "mosaic", "mixup", "copy_paste",
 )
+HYP_AT_MOST_1 = ("momentum", "warmup_momentum", "flipud", "fliplr", "mosaic", "mixup", "copy_paste")  # probabilities
 HYP_OPTIONAL = ("anchors",)  # YOLOv5 allows anchors-per-layer here to override the model's anchors
+BAR = "{l_bar}{bar:10}{r_bar}"  # tqdm layout used across the project
 cv2.setNumThreads(0)  # dataloader workers parallelise; OpenCV's own threads would oversubscribe the cores
 
 
@@ -85,6 +90,10 @@ def load_hyp(path: str | Path) -> dict:
     for k, v in hyp.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise DatasetError(f"{file}: hyperparameter {k} must be a finite number, got {v!r}")
+        hi = 1 if k in HYP_AT_MOST_1 else math.inf
+        if not 0 <= v <= hi or k == "anchors" and v != int(v):  # anchors: per output layer, 0 to ignore
+            valid = "a whole number >= 0" if k == "anchors" else "in [0, 1]" if hi == 1 else ">= 0"
+            raise DatasetError(f"{file}: hyperparameter {k} must be {valid}, got {v!r}")
     return {k: float(v) if k != "anchors" else v for k, v in hyp.items()}
 
 
@@ -135,6 +144,20 @@ def _split_paths(value, root: Path):
     return [one(x) for x in value] if isinstance(value, (list, tuple)) else one(value)
 
 
+def _check_path_entries(data: dict, file: Path) -> None:
+    """'path' must be a string; train/val/test/ann_json a string or a list of strings (no NUL characters)."""
+    for key in ("path", "train", "val", "test", "ann_json"):
+        value = data.get(key)
+        if value is None or value == "":
+            continue
+        items = value if isinstance(value, list) and key != "path" else [value]
+        # a folder may be named 2017 (YAML reads it as a number); floats, booleans, mappings are mistakes
+        if not items or not all(type(x) is int and key != "path" or isinstance(x, str) and x and "\0" not in x
+                                for x in items):
+            kind = "a folder path" if key == "path" else "a path or a list of paths"
+            raise DatasetError(f"{file}: '{key}' must be {kind} (text), got {value!r}"[:300])
+
+
 def _missing(split) -> list[str]:
     if split is None:
         return []
@@ -146,11 +169,14 @@ def load_data_config(path: str | Path) -> dict:
     dataset when its splits are missing and the YAML says how."""
     file = _resolve_yaml(path, "data")
     data = _read_yaml(file, "data")
+    _check_path_entries(data, file)
+    if "nc" in data and (isinstance(data["nc"], bool) or not isinstance(data["nc"], int) or data["nc"] < 1):
+        raise DatasetError(f"{file}: 'nc' must be a positive integer, got {data['nc']!r}")
     root = _dataset_root(data.get("path"), file)
     names = _names_list(data.get("names"), data.get("nc"), file)
     nc = data.get("nc", len(names))
-    if isinstance(nc, bool) or not isinstance(nc, int) or nc < 1:
-        raise DatasetError(f"{file}: 'nc' must be a positive integer, got {nc!r}")
+    if nc < 1:
+        raise DatasetError(f"{file}: 'names' is empty: a dataset needs at least one class")
     if len(names) != nc:
         raise DatasetError(f"{file}: nc is {nc} but {len(names)} names are given")
     if not data.get("train") and not data.get("val"):
@@ -175,7 +201,7 @@ def load_data_config(path: str | Path) -> dict:
             generate_shapes(root)
         elif data.get("download"):
             LOGGER.info(f"Dataset not found ({missing[0]}), downloading it ...")
-            download_dataset(data["download"], root)
+            download_dataset(data["download"], root, missing[0])
         else:
             raise DatasetError(f"dataset not found: {missing[0]} does not exist and {file.name} has no 'download'")
         still = _missing(cfg["train"]) + _missing(cfg["val"])
@@ -184,41 +210,86 @@ def load_data_config(path: str | Path) -> dict:
     return cfg
 
 
-def download_dataset(spec, root: Path) -> None:
-    """Fetch a dataset: URL(s) of archives extracted beside `root` (../datasets), or a 'bash ...' command."""
-    root = Path(root)
-    if isinstance(spec, str) and spec.startswith("bash "):
-        result = subprocess.run(spec, shell=True, cwd=ROOT)
-        if result.returncode:
-            raise DatasetError(f"dataset download command failed with exit code {result.returncode}: {spec}")
-        return
+ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")  # what a data YAML's `download:` may fetch
+
+
+def _download_urls(spec) -> list[str] | None:
+    """The archive URLs of a `download:` entry, or None when it is anything else (a command, a script...)."""
     urls = [spec] if isinstance(spec, str) else list(spec) if isinstance(spec, (list, tuple)) else []
-    if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
-        raise DatasetError(f"'download' must be a URL, a list of URLs or a 'bash ...' command; inline Python "
-                           f"is not run: download the dataset into {root} yourself")
+    ok = bool(urls) and all(isinstance(u, str) and is_url(u) and url_filename(u).lower().endswith(ARCHIVES)
+                            for u in urls)
+    return urls if ok else None
+
+
+def download_dataset(spec, root: Path, missing: str = "") -> None:
+    """Fetch a dataset from http(s) URL(s) of zip/tar archives, extracted beside `root` (../datasets).
+
+    Nothing from a data YAML is ever executed: any other `download:` (a 'bash ...' command, Python code) is
+    shown to the user, who may run it after reading it."""
+    root = Path(root)
+    urls = _download_urls(spec)
+    if urls is None:
+        text = " ".join(str(spec).split())
+        text = text if len(text) <= 300 else text[:297] + "..."
+        where = f"{missing} does not exist" if missing else f"dataset {root} not found"
+        raise DatasetError(f"{where}; the data YAML's 'download' is not an http(s) URL of a zip/tar archive and is "
+                           f"never run: read it and run it yourself if you trust it: {text}")
     parent = root.parent
     parent.mkdir(parents=True, exist_ok=True)
     for url in urls:
         try:
-            target = safe_download(url, parent / Path(url.split("?")[0]).name)
+            target = safe_download(url, parent / url_filename(url))
         except DownloadError as e:  # offline, HTTP error...
             raise DatasetError(f"dataset download failed: {e}") from None
-        if str(target).endswith(".zip"):
-            unzip(target, parent)
+        try:
+            extract(target, parent)
+        finally:
             Path(target).unlink(missing_ok=True)
 
 
+def extract(file: str | Path, dest: str | Path) -> Path:
+    """Extract a .zip, .tar, .tar.gz or .tgz archive into dest with a progress bar (see unzip and untar)."""
+    name = str(file).lower()
+    return unzip(file, dest) if name.endswith(".zip") else untar(file, dest)
+
+
+def _check_member(file, member: str, dest: Path) -> None:
+    if not (dest / member).resolve().is_relative_to(dest):
+        raise DatasetError(f"{file}: archive member '{member}' points outside {dest}, not extracted")
+
+
 def unzip(file: str | Path, dest: str | Path) -> Path:
-    """Extract a zip archive into dest, refusing members that would land outside it."""
+    """Extract a zip archive into dest, refusing members that would land outside it and symbolic links."""
     dest = Path(dest).resolve()
     try:
         with zipfile.ZipFile(file) as zf:
-            for member in zf.namelist():
-                if not (dest / member).resolve().is_relative_to(dest):
-                    raise DatasetError(f"{file}: archive member '{member}' points outside {dest}")
-            zf.extractall(dest)
-    except zipfile.BadZipFile:
+            members = zf.infolist()
+            for m in members:
+                _check_member(file, m.filename, dest)
+                if stat.S_ISLNK(m.external_attr >> 16):
+                    raise DatasetError(f"{file}: archive member '{m.filename}' is a link, not extracted")
+            for m in tqdm(members, desc=f"Unzipping {Path(file).name}", unit="file", bar_format=BAR):
+                zf.extract(m, dest)
+    except (zipfile.BadZipFile, EOFError):
         raise DatasetError(f"{file} is not a valid zip archive") from None
+    return dest
+
+
+def untar(file: str | Path, dest: str | Path) -> Path:
+    """Extract a tar archive (plain or gzip) into dest, refusing members outside it, links and device files."""
+    dest = Path(dest).resolve()
+    try:
+        with tarfile.open(file, "r:*") as tf:
+            members = tf.getmembers()
+            for m in members:
+                _check_member(file, m.name, dest)
+                if not (m.isfile() or m.isdir()):
+                    raise DatasetError(f"{file}: archive member '{m.name}' is a link or special file, not extracted")
+            for m in tqdm(members, desc=f"Extracting {Path(file).name}", unit="file", bar_format=BAR):
+                # our checks come first; the 'data' filter also drops unsafe permission bits
+                tf.extract(m, dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    except (tarfile.TarError, EOFError, zlib.error) as e:
+        raise DatasetError(f"{file} is not a valid tar archive ({' '.join(str(e).split())})") from None
     return dest
 
 
@@ -238,11 +309,11 @@ def list_image_files(path, prefix: str = "") -> list[str]:
     for p in path if isinstance(path, (list, tuple)) else [path]:
         p = Path(p)
         if p.is_dir():
-            files += [str(f) for f in p.rglob("*.*")]
+            files += [str(f) for f in p.rglob("*.*") if not f.is_dir()]  # a folder named x.jpg is no image
         elif p.is_file() and p.suffix.lower() == ".txt":
             parent = p.parent
             try:
-                lines = p.read_text(encoding="utf-8").splitlines()
+                lines = p.read_text(encoding="utf-8-sig").splitlines()
             except (OSError, UnicodeDecodeError) as e:
                 raise DatasetError(f"{prefix}cannot read image list {p}: {e}") from None
             for line in lines:
@@ -300,7 +371,7 @@ def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, str]:
     """Rows [cls, cx, cy, w, h] of a YOLO label file and a warning ('' if clean); raises ValueError if malformed.
     Polygon rows (cls x1 y1 x2 y2 x3 y3 ...) become their enclosing box."""
     rows = []
-    with open(file, encoding="utf-8") as f:
+    with open(file, encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Windows editors) is not data
         for n, line in enumerate(f, 1):
             parts = line.split()
             if not parts:
@@ -357,12 +428,16 @@ def verify_image_label(im_file: str, lb_file: str, nc: int) -> tuple[str, np.nda
         w, h = _image_size(im_file)
         if w < MIN_SIZE or h < MIN_SIZE:
             raise ValueError(f"image is {w}x{h}, smaller than {MIN_SIZE} px on a side")
+        if os.path.exists(lb_file) and not os.path.isfile(lb_file):
+            raise ValueError(f"label path {lb_file} is not a file")
         if not os.path.isfile(lb_file):
             return im_file, np.zeros((0, 5), np.float32), (w, h), "", "background"
         labels, note = _parse_labels(lb_file, nc)
         return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        return im_file, None, (0, 0), str(e), "corrupt"
+    except UnicodeDecodeError:
+        return im_file, None, (0, 0), f"label file {lb_file} is not UTF-8 text", "corrupt"
+    except (OSError, ValueError) as e:
+        return im_file, None, (0, 0), " ".join(str(e).split()), "corrupt"
 
 
 def _files_hash(files: list[str], nc: int) -> str:
@@ -377,11 +452,26 @@ def _files_hash(files: list[str], nc: int) -> str:
     return h.hexdigest()
 
 
+LABEL_CACHE_SUFFIX = ".yolo-labels.npz"  # not YOLOv5's '.cache': a dataset shared with YOLOv5 keeps both
+
+
 def _fallback_cache_dir() -> Path:
+    """$YOLO_CACHE_DIR, else $XDG_CACHE_HOME/yolo or ~/.cache/yolo."""
     env = os.environ.get("YOLO_CACHE_DIR")
     if env:
         return Path(env)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "yolo"
+
+
+def label_cache_paths(source: Path) -> list[Path]:
+    """Where the label cache of a labels folder (or an image-list .txt) is looked for and written, in order:
+    beside it (labels/train2017 -> labels/train2017.yolo-labels.npz), then the user cache folder. With
+    $YOLO_CACHE_DIR set only that folder is used, so that nothing is written into the dataset (tests, read-only
+    data that root could write anyway)."""
+    source = Path(source)
+    beside = source.parent / ((source.stem if source.is_file() else source.name) + LABEL_CACHE_SUFFIX)
+    fallback = _fallback_cache_dir() / (hashlib.sha256(str(beside).encode()).hexdigest()[:16] + LABEL_CACHE_SUFFIX)
+    return [fallback] if os.environ.get("YOLO_CACHE_DIR") else [beside, fallback]
 
 
 def _load_cache(path: Path, expected_hash: str) -> dict | None:
@@ -493,20 +583,20 @@ class LoadImagesAndLabels(Dataset):
     def _load_labels(self, im_files: list[str], lb_files: list[str]) -> tuple[list[str], list[np.ndarray], list]:
         """Verified (images, labels, shapes), from the cache when its hash matches; logs the summary."""
         p = Path(self.path[0] if isinstance(self.path, (list, tuple)) else self.path)
-        primary = (p if p.is_file() else Path(lb_files[0]).parent).with_suffix(".cache")
-        fallback = _fallback_cache_dir() / (hashlib.sha256(str(primary).encode()).hexdigest()[:16] + ".cache")
+        candidates = label_cache_paths(p if p.is_file() else Path(lb_files[0]).parent)
         digest = _files_hash(lb_files + im_files, self.nc)
-        cache = _load_cache(primary, digest) or _load_cache(fallback, digest)
+        cache = next((c for c in (_load_cache(f, digest) for f in candidates) if c is not None), None)
         if cache is None:
             cache = self._scan(im_files, lb_files)
             cache["hash"] = np.array(digest)
-            if _save_cache(primary, cache):
-                LOGGER.info(f"{self.prefix}New cache created: {primary}")
-            elif _save_cache(fallback, cache):
-                LOGGER.info(f"{self.prefix}{primary.parent} is not writable, label cache saved as {fallback}")
+            saved = next((f for f in candidates if _save_cache(f, cache)), None)
+            if saved == candidates[0]:
+                LOGGER.info(f"{self.prefix}New cache created: {saved}")
+            elif saved is not None:
+                LOGGER.info(f"{self.prefix}{candidates[0].parent} is not writable, label cache saved as {saved}")
             else:
-                LOGGER.warning(f"{self.prefix}WARNING: cache not saved ({primary.parent} and {fallback.parent} "
-                               f"are not writable)")
+                LOGGER.warning(f"{self.prefix}WARNING: cache not saved ({', '.join(str(f.parent) for f in candidates)}"
+                               f" not writable)")
         n_images, n_bg, n_corrupt = (int(x) for x in cache["stats"])
         counts = cache["counts"]
         LOGGER.info(f"{self.prefix}{self.path}: {n_images} images, {n_bg} backgrounds, {n_corrupt} corrupt "
@@ -514,10 +604,21 @@ class LoadImagesAndLabels(Dataset):
         for msg in cache["msgs"]:
             LOGGER.warning(f"{self.prefix}WARNING: {msg}")
         if n_images and not counts.sum():
-            LOGGER.warning(f"{self.prefix}WARNING: no labels found in {self.path}, training needs labels")
+            LOGGER.warning(f"{self.prefix}WARNING: {self._no_labels_message(cache['im_files'])}")
         labels = np.split(cache["labels"].astype(np.float32), np.cumsum(counts)[:-1]) if len(counts) else []
         labels = [np.ascontiguousarray(lb) for lb in labels]
         return [str(f) for f in cache["im_files"]], labels, cache["shapes"].tolist()
+
+    def _no_labels_message(self, im_files) -> str:
+        """'no labels found in <labels folder> for the N images in <images folder>: ...' (first folders named)."""
+        im_dirs = sorted({os.path.dirname(str(f)) for f in im_files})
+        lb_dirs = sorted({os.path.dirname(f) for f in img2label_paths([str(f) for f in im_files])})
+
+        def named(dirs: list[str]) -> str:
+            return dirs[0] + (f" (and {len(dirs) - 1} more folders)" if len(dirs) > 1 else "")
+
+        return (f"no labels found in {named(lb_dirs)} for the {len(im_files)} images in {named(im_dirs)}: training "
+                f"needs YOLO label files (images/ -> labels/, .txt)")
 
     def _scan(self, im_files: list[str], lb_files: list[str]) -> dict:
         """Verify every image/label pair (threads: mostly file I/O) into cache arrays."""
@@ -548,7 +649,8 @@ class LoadImagesAndLabels(Dataset):
     def _rect_shapes(self, batch_size: int, pad: float) -> None:
         """Sort images by aspect ratio and give each batch the smallest stride-multiple shape that fits it."""
         aspect = self.shapes[:, 1] / self.shapes[:, 0]  # h / w
-        order = aspect.argsort(kind="stable")
+        # numpy's default (unstable) sort, as YOLOv5: images with tied ratios then land in the same batches
+        order = aspect.argsort()
         self.im_files = [self.im_files[i] for i in order]
         self.labels = [self.labels[i] for i in order]
         self.label_files = [self.label_files[i] for i in order]
@@ -628,7 +730,8 @@ class LoadImagesAndLabels(Dataset):
         r = self.img_size / max(h0, w0)
         if r != 1:
             interp = cv2.INTER_LINEAR if (self.augment or r > 1) else cv2.INTER_AREA
-            im = cv2.resize(im, (max(1, round(w0 * r)), max(1, round(h0 * r))), interpolation=interp)
+            # ceil, as YOLOv5: official weights then see the very pixels they were validated on
+            im = cv2.resize(im, (max(1, math.ceil(w0 * r)), max(1, math.ceil(h0 * r))), interpolation=interp)
         return im, (h0, w0), im.shape[:2]
 
     def _labels(self, i: int) -> np.ndarray:
@@ -730,16 +833,24 @@ def create_dataloader(
     seed: int = 0,
     prefix: str = "",
     nc: int | None = None,
+    require_labels: bool = False,
 ) -> tuple[DataLoader, LoadImagesAndLabels]:
-    """A DataLoader over LoadImagesAndLabels (distributed sampler when rank != -1, seeded workers)."""
+    """A DataLoader over LoadImagesAndLabels (distributed sampler when rank != -1, seeded workers).
+
+    The batch is clipped to the dataset size. require_labels (training) refuses a dataset without any label box,
+    which would otherwise train on backgrounds only."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise DatasetError(f"{prefix}batch size must be a positive integer, got {batch_size!r}")
     if rect and shuffle:
         LOGGER.warning(f"{prefix}WARNING: --rect is incompatible with shuffling, shuffle=False")
         shuffle = False
     dataset = LoadImagesAndLabels(path, imgsz, batch_size, augment=augment, hyp=hyp, rect=rect, cache=cache,
                                   single_cls=single_cls, stride=int(stride), pad=pad, prefix=prefix, nc=nc)
-    if batch_size > len(dataset):
-        raise DatasetError(f"{prefix}batch size {batch_size} is larger than the {len(dataset)} images in {path}: "
-                           f"use --batch-size {len(dataset)} or less")
+    if require_labels and not any(len(lb) for lb in dataset.labels):
+        raise DatasetError(f"{prefix}{dataset._no_labels_message(dataset.im_files)}")
+    if batch_size > len(dataset):  # as YOLOv5: a small set (or one shrunk by corrupt files) is one batch
+        LOGGER.info(f"{prefix}batch size {batch_size} reduced to {len(dataset)}, the number of images in {path}")
+        batch_size = len(dataset)
     nw = max(0, min(os.cpu_count() or 1, batch_size, workers))
     sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=shuffle)
     generator = torch.Generator()
