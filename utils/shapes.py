@@ -107,7 +107,7 @@ def generate_shapes(root: str | Path = DEFAULT_ROOT, n_train: int = N_TRAIN, n_v
         (root / kind).mkdir(parents=True, exist_ok=True)
         for split in ("train", "val"):
             shutil.rmtree(root / kind / split, ignore_errors=True)
-            (root / kind / f"{split}.cache").unlink(missing_ok=True)
+            (root / kind / f"{split}.yolo-labels.npz").unlink(missing_ok=True)  # ours only, never YOLOv5's .cache
             os.replace(tmp / kind / split, root / kind / split)
     shutil.rmtree(tmp, ignore_errors=True)
     return root
