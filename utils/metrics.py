@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -733,6 +733,7 @@ class CocoGroundTruth:
     category_ids: list[int]
     names: list[str]
     boxes: _Boxes  # image = image id, cls = class index
+    file_names: dict[int, str] = field(default_factory=dict)  # image id -> the images entry's file_name, if any
 
     def __post_init__(self):
         self._order = np.argsort(self.boxes.image, kind="stable")  # rows grouped by image, for image()
@@ -753,11 +754,41 @@ def _index_in(sorted_ids: Sequence[int], values: np.ndarray) -> tuple[np.ndarray
     return pos, found
 
 
+def _bbox_array(boxes: list, path: str | Path, what: str) -> np.ndarray:
+    """(n, 4) finite float64 boxes, or MetricsError naming the first entry that is not [x, y, w, h]."""
+    for n, box in enumerate(boxes):
+        if not isinstance(box, (list, tuple)) or len(box) != 4:
+            raise MetricsError(f"{path}: {what} {n} has bbox {str(box)[:40]}, not [x, y, w, h]")
+    xywh = np.array(boxes, dtype=np.float64).reshape(-1, 4)
+    bad = ~np.isfinite(xywh).all(1)
+    if bad.any():
+        raise MetricsError(f"{path}: {what} {int(np.flatnonzero(bad)[0])} has a non-finite bbox")
+    return xywh
+
+
+def _first_repeat(values: list[int]) -> int:
+    seen = set()
+    for v in values:
+        if v in seen:
+            return v
+        seen.add(v)
+    return values[0]
+
+
 def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
     """Read a COCO instances JSON (images, annotations with bbox/area/iscrowd, categories)."""
     data = _read_json(path, "COCO annotations")
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) or not isinstance(
+            data.get("categories"), list):
+        found = f"keys {', '.join(map(str, data))}" if isinstance(data, dict) else f"a {type(data).__name__}"
+        raise MetricsError(f"{path} is not a COCO annotations file (it needs 'images' and 'categories' lists; "
+                           f"found {found})")
+    if not data["images"]:
+        raise MetricsError(f"{path}: its 'images' list is empty")
     try:
-        images = np.unique(np.array([int(im["id"]) for im in data["images"]], dtype=np.int64))
+        id_list = [int(im["id"]) for im in data["images"]]
+        images = np.unique(np.array(id_list, dtype=np.int64))
+        file_names = {i: str(im["file_name"]) for i, im in zip(id_list, data["images"]) if im.get("file_name")}
         cats = sorted({int(c["id"]): str(c.get("name", c["id"])) for c in data["categories"]}.items())
         anns = data.get("annotations", [])
         category_ids = [c for c, _ in cats]
@@ -766,7 +797,7 @@ def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
         if not known.all():
             raise MetricsError(f"{path}: annotations name category ids missing from 'categories' "
                                f"(e.g. {int(cat_of[~known][0])})")
-        xywh = np.array([a["bbox"] for a in anns], dtype=np.float64).reshape(-1, 4)
+        xywh = _bbox_array([a["bbox"] for a in anns], path, "annotation")
         area = np.array([a["area"] if "area" in a else a["bbox"][2] * a["bbox"][3] for a in anns], dtype=np.float64)
         crowd = np.array([bool(a.get("iscrowd", 0)) for a in anns], dtype=bool)
         image = np.array([int(a["image_id"]) for a in anns], dtype=np.int64)
@@ -777,8 +808,10 @@ def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
     unknown = np.setdiff1d(image, images)
     if unknown.size:
         raise MetricsError(f"{path}: annotations name image ids missing from 'images' (e.g. {int(unknown[0])})")
+    if images.size != len(id_list):
+        raise MetricsError(f"{path}: its 'images' list repeats image ids (e.g. {_first_repeat(id_list)})")
     return CocoGroundTruth(Path(path), images, category_ids, [n for _, n in cats],
-                           _boxes(image, cls, xywh, area=area, crowd=crowd))
+                           _boxes(image, cls, xywh, area=area, crowd=crowd), file_names)
 
 
 def load_coco_predictions(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -789,10 +822,14 @@ def load_coco_predictions(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.
     try:
         image = np.array([int(p["image_id"]) for p in data], dtype=np.int64)
         cat = np.array([int(p["category_id"]) for p in data], dtype=np.int64)
-        xywh = np.array([p["bbox"] for p in data], dtype=np.float64).reshape(-1, 4)
-        score = np.array([p["score"] for p in data], dtype=np.float64)
-    except (KeyError, TypeError, ValueError) as e:
+        xywh = _bbox_array([p["bbox"] for p in data], path, "detection")
+        score = np.array([p["score"] for p in data], dtype=np.float64).reshape(len(data))
+    except MetricsError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise MetricsError(f"{path}: not COCO detection results ({e.__class__.__name__}: {e})") from None
+    if not np.isfinite(score).all():
+        raise MetricsError(f"{path}: detection {int(np.flatnonzero(~np.isfinite(score))[0])} has a non-finite score")
     return image, cat, xywh, score
 
 

@@ -54,24 +54,55 @@ def image_ids_for(files: list[str]) -> list[int]:
     return list(range(len(files)))
 
 
+def json_image_ids(files: list[str], gt: CocoGroundTruth) -> list[int]:
+    """COCO image ids of files from the annotations: by the images' file_name (basename), then by numeric stem.
+
+    Raises TestError naming the first image that matches nothing, matches ambiguously, or shares an id."""
+    by_name: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+    for image_id, file_name in gt.file_names.items():
+        parts = Path(file_name.replace("\\", "/")).parts
+        by_name.setdefault(parts[-1], []).append((parts, image_id))
+    known = set(gt.image_ids.tolist())
+    ids, owner = [], {}
+    for f in files:
+        image_id = _match_file(Path(f), by_name, known, gt.path)
+        if image_id in owner:
+            raise TestError(f"{gt.path}: {f} and {owner[image_id]} both match image id {image_id}")
+        owner[image_id] = f
+        ids.append(image_id)
+    return ids
+
+
+def _match_file(file: Path, by_name: dict, known: set[int], ann_json: Path) -> int:
+    """One image's id: a unique file_name basename (a longer path suffix settles ties), else its numeric stem."""
+    candidates = by_name.get(file.name, [])
+    if len(candidates) > 1:  # the same basename in several folders: the file_name whose path ends like ours
+        candidates = [(p, i) for p, i in candidates if file.parts[-len(p):] == p]
+        if len(candidates) != 1:
+            raise TestError(f"{ann_json}: several images are named {file.name}; cannot tell which one {file} is")
+    if candidates:
+        return candidates[0][1]
+    if file.stem.isdigit() and int(file.stem) in known:
+        return int(file.stem)
+    raise TestError(f"{ann_json} has no image for {file} (no file_name {file.name!r}, no image id "
+                    f"{file.stem if file.stem.isdigit() else 'from its name'})")
+
+
 def coco_category_ids(names: list[str]) -> list[int] | None:
     """The official COCO category ids when names are COCO's 80 classes, else None."""
     return list(COCO80_TO_91) if list(names) == list(COCO80_NAMES) else None
 
 
-def _json_ground_truth(ann_json: str, names: list[str], image_ids: list[int]
-                       ) -> tuple[CocoGroundTruth, np.ndarray] | None:
-    """The COCO annotations file as ground truth, with its category id -> class index table; None if unusable."""
+def _json_ground_truth(ann_json: str, names: list[str], files: list[str]
+                       ) -> tuple[CocoGroundTruth, np.ndarray, list[int]]:
+    """The COCO annotations file as ground truth: (its arrays, category id -> class index table, image ids of files).
+
+    Raises MetricsError or TestError when the file cannot be read or does not describe these images and classes."""
     gt = load_coco_ground_truth(ann_json)
-    missing = np.setdiff1d(image_ids, gt.image_ids)
-    if missing.size:
-        LOGGER.warning(f"WARNING: {ann_json} lacks {missing.size} of the {len(image_ids)} images (file stems must be "
-                       f"their COCO ids, e.g. {int(missing[0])}): scoring against the YOLO labels instead")
-        return None
+    image_ids = json_image_ids(files, gt)
     coco_ids = coco_category_ids(names)
     if not gt.category_ids:
-        LOGGER.warning(f"WARNING: {ann_json} has no categories: scoring against the YOLO labels instead")
-        return None
+        raise TestError(f"{ann_json} has no categories")
     if coco_ids is not None and set(gt.category_ids) <= set(coco_ids):
         table = coco_ids
     elif len(gt.category_ids) == len(names):
@@ -80,12 +111,10 @@ def _json_ground_truth(ann_json: str, names: list[str], image_ids: list[int]
             LOGGER.warning(f"WARNING: {ann_json} category names differ from the data YAML's; class i is taken to be "
                            f"the i-th category by id")
     else:
-        LOGGER.warning(f"WARNING: {ann_json} has {len(gt.category_ids)} categories but the data has {len(names)} "
-                       f"classes: scoring against the YOLO labels instead")
-        return None
+        raise TestError(f"{ann_json} has {len(gt.category_ids)} categories but the data has {len(names)} classes")
     class_of = np.full(max(max(table), max(gt.category_ids)) + 1, -1, np.int64)
     class_of[table] = np.arange(len(table))
-    return gt, class_of
+    return gt, class_of, image_ids
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -198,20 +227,53 @@ def _validation_loader(data: dict, split: str, task: str, imgsz: int, batch_size
                              rect=rect, workers=workers, prefix=f"{split}: ", nc=nc)[0]
 
 
-def _ground_truth_json(ann_json: str | None, data: dict, names: list[str], image_ids: list[int], use: bool):
-    """The COCO JSON to score against, if any: (its path, (ground truth, class table)) or (None, None).
+_FALLBACK_WARNED: set[str] = set()  # data YAML ann_json files already reported unusable during training
 
-    An explicit ann_json that cannot be read is an error; the data YAML's falls back to the labels."""
-    gt = None
-    if use and ann_json:
-        gt = _json_ground_truth(ann_json, names, image_ids)
-    elif use and data.get("ann_json"):
-        ann_json = data["ann_json"]
-        try:
-            gt = _json_ground_truth(ann_json, names, image_ids)
-        except MetricsError as e:
+
+def _ground_truth_json(ann_json: str | None, data: dict, names: list[str], files: list[str], use: bool,
+                       training: bool):
+    """The COCO JSON to score against, if any: (its path, (ground truth, class table), image ids of files).
+
+    Without a JSON the ids come from the file names and the YOLO labels are the ground truth: (None, None, ids).
+    A JSON that does not describe these images (one the file names cannot be matched to, an unreadable one) is an
+    error, whether given with --ann-json or by the data YAML's ann_json; only during training does the data YAML's
+    fall back to the labels, with one warning, so a training run is not lost at its first validation.
+    """
+    if not use and ann_json:
+        LOGGER.warning(f"WARNING: --ann-json {ann_json} is not used with --single-cls or --task speed: scoring "
+                       f"against the YOLO labels")
+    path = (ann_json or data.get("ann_json")) if use else None
+    if not path:
+        return None, None, image_ids_for(files)
+    try:
+        gt, class_of, ids = _json_ground_truth(path, names, files)
+    except (TestError, MetricsError) as e:
+        if ann_json or not training:
+            source = "" if ann_json else " (the data YAML's ann_json; remove it to score against the YOLO labels)"
+            raise TestError(f"{one_line(e)}{source}") from None
+        if path not in _FALLBACK_WARNED:
+            _FALLBACK_WARNED.add(path)
             LOGGER.warning(f"WARNING: {one_line(e)}: scoring against the YOLO labels instead")
-    return (ann_json, gt) if gt is not None else (None, None)
+        return None, None, image_ids_for(files)
+    return path, (gt, class_of), ids
+
+
+def _label_files(files: list[str], folder: Path) -> dict[str, Path]:
+    """--save-txt's file for each image: labels/<stem>.txt, with _2, _3, ... for stems already taken."""
+    out, taken = {}, set()
+    for f in files:
+        stem, n = Path(f).stem, 1
+        name = stem
+        while name.lower() in taken:  # lower case: a case-insensitive file system would merge X.txt and x.txt
+            n += 1
+            name = f"{stem}_{n}"
+        taken.add(name.lower())
+        out[f] = folder / f"{name}.txt"
+    renamed = [f for f in files if out[f].stem != Path(f).stem]
+    if renamed:
+        LOGGER.warning(f"WARNING: {len(renamed)} image(s) share a file stem with another, e.g. {renamed[0]}: their "
+                       f"--save-txt labels are {out[renamed[0]].name} and so on")
+    return out
 
 
 @torch.no_grad()
@@ -270,18 +332,19 @@ def run(
                             f"has {nc}: pass the data YAML the model was trained on")
     stride = max(int(model.stride.max()), 32)
     save_dir = Path(save_dir) if save_dir else increment_path(Path(project) / name, exist_ok=exist_ok)
-    (save_dir / "labels" if save_txt else save_dir).mkdir(parents=True, exist_ok=True)
     if dataloader is None:
         imgsz = check_img_size(imgsz, stride)
         dataloader = _validation_loader(data, split, task, imgsz, batch_size, stride, single_cls, workers, nc,
                                         n_images)
-    files = dataloader.dataset.im_files
-    id_of = dict(zip(files, image_ids_for(files)))
+    files = list(dataloader.dataset.im_files)
 
     # Ground truth: the official COCO JSON when there is one (crowd regions and areas as the protocol wants
     # them), else the YOLO labels scaled back to original-image pixels.
-    ann_json, json_gt = _ground_truth_json(ann_json, data, names, list(id_of.values()),
-                                           use=not single_cls and task != "speed")
+    ann_json, json_gt, ids = _ground_truth_json(ann_json, data, names, files, use=not single_cls and task != "speed",
+                                                training=training)
+    id_of = dict(zip(files, ids))
+    txt_of = _label_files(files, save_dir / "labels") if save_txt else {}
+    (save_dir / "labels" if save_txt else save_dir).mkdir(parents=True, exist_ok=True)
     category_ids = None if single_cls else coco_category_ids(names)
     if json_gt is not None and category_ids is None:
         category_ids = json_gt[0].category_ids
@@ -323,8 +386,7 @@ def run(
                 _add_image(evaluator, id_of[paths[si]], det, targets[targets[:, 0] == si, 1:], im.shape[2:],
                            shapes[si], json_gt)
                 if save_txt:
-                    txt = save_dir / "labels" / f"{Path(paths[si]).stem}.txt"
-                    _save_txt(det, im.shape[2:], shapes[si], save_conf, txt)
+                    _save_txt(det, im.shape[2:], shapes[si], save_conf, txt_of[paths[si]])
             if plots and batch_i < 3:
                 save_batch_plot(im, targets, paths, save_dir / f"val_batch{batch_i}_labels.jpg", names)
                 save_batch_plot(im, _predictions_to_targets(output), paths, save_dir / f"val_batch{batch_i}_pred.jpg",
