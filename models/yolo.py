@@ -139,7 +139,7 @@ def _check_layer(i: int, layer, last: bool) -> None:
         raise ValueError(f"layer {i} must be a list [from, repeats, module, args], got {layer!r}")
     f, n, name, args = layer
     froms = [f] if isinstance(f, int) else f if isinstance(f, list) and f else None
-    if froms is None or not all(_whole(x, -(2**31)) for x in froms):
+    if froms is None or any(isinstance(x, bool) or not isinstance(x, int) for x in froms):
         raise ValueError(f"layer {i}: 'from' must be a layer index or a list of them, got {f!r}")
     # Inputs come from earlier layers only: 0..i-1, or counted back from this one (-1 is the previous layer).
     bad = [x for x in froms if not (x == -1 or -i <= x < i)]

@@ -156,8 +156,7 @@ def _make_model(cfg, nc: int, anchors: int | None) -> Model:
 
 
 def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
-    """Freeze the first N layers (--freeze N) or the listed layer indices (--freeze 0 1 2); TrainError if that
-    names a layer the model does not have or leaves nothing to train."""
+    """Freeze the first N layers (--freeze N) or the listed indices (--freeze 0 1 2); TrainError if none is left."""
     n_layers = len(model.model)
     indices = freeze if len(freeze) > 1 else range(freeze[0])
     beyond = [x for x in freeze if x < 0 or x > n_layers or (len(freeze) > 1 and x == n_layers)]
