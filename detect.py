@@ -10,6 +10,7 @@ Usage (the flags of YOLOv5's detect.py):
 import argparse
 import contextlib
 import os
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,12 +24,43 @@ from models import load_model
 from utils.augment import check_img_size as _check_img_size
 from utils.boxes import non_max_suppression, scale_boxes, xyxy2xywh
 from utils.checkpoint import CheckpointError
+from utils.cli import Parser, float_in, int_in
 from utils.downloads import DownloadError, attempt_download_weights
 from utils.files import increment_path
 from utils.log import LOGGER, one_line
 from utils.plots import Annotator, colors, imwrite, save_one_box
 from utils.sources import SourceError, load_sources
 from utils.torch_utils import DeviceError, prepare_for_inference, select_device, time_sync
+
+
+class DetectError(Exception):
+    """An option detect cannot run with (out of range, a class the model lacks, no output folder); one line."""
+
+
+# Valid range of each numeric option, shared by the command line (argparse types) and run() (check_options).
+LIMITS = {
+    "imgsz": ("--img-size", int_in(1, 8192)),  # rounded up to the model's stride; larger would exhaust memory
+    "conf_thres": ("--conf-thres", float_in(0, 1)),
+    "iou_thres": ("--iou-thres", float_in(0, 1)),
+    "max_det": ("--max-det", int_in(1)),
+    "classes": ("--classes", int_in(0)),
+    "line_thickness": ("--line-thickness", int_in(1, 100)),  # OpenCV crashes on negative or huge thicknesses
+    "vid_stride": ("--vid-stride", int_in(1)),
+}
+
+
+def check_options(**options) -> None:
+    """Raise DetectError naming the option and its valid range when a value of run() is outside LIMITS."""
+    for key, value in options.items():
+        flag, parse = LIMITS[key]
+        values = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+        for v in values:
+            try:
+                if isinstance(v, bool):  # True would pass as the integer 1
+                    raise argparse.ArgumentTypeError(f"must be a number, got {v!r}")
+                parse(str(int(v) if isinstance(v, float) and v.is_integer() else v))
+            except argparse.ArgumentTypeError as e:
+                raise DetectError(f"{flag} ({key}=): {e}") from None
 
 
 @dataclass
@@ -99,6 +131,46 @@ def _write_labels(file: Path, det: torch.Tensor, shape: tuple[int, int], save_co
     file.write_text("\n".join(lines) + "\n")
 
 
+def output_stem(stem: str, frame: int = 0) -> str:
+    """Stem of the label, crop and image files of one image (frame 0) or one video frame ('clip_12')."""
+    return stem if frame == 0 else f"{stem}_{frame}"
+
+
+class OutputNames:
+    """A unique output stem per input, so inputs with the same stem never overwrite each other's outputs.
+
+    The first input keeps its own stem (labels/<stem>.txt, as YOLOv5 users expect); later ones get <stem>_2, _3 ...
+    with a warning. A video's stem also must not make frame names (<stem>_<n>) that equal another input's stem."""
+
+    MAX_BYTES = 200  # room for '_<n>', '_<frame>' and the extension within the usual 255-byte file name limit
+
+    def __init__(self):
+        self.images: set[str] = set()  # casefolded stems, so names stay unique on case-insensitive file systems
+        self.videos: set[str] = set()
+
+    def _free(self, stem: str, video: bool) -> bool:
+        key = stem.casefold()
+        if key in self.images or key in self.videos:
+            return False
+        if video:  # its frames would be named like an image already seen
+            frame_name = re.compile(re.escape(key) + r"_\d+")
+            return not any(frame_name.fullmatch(s) for s in self.images)
+        return not any(re.fullmatch(re.escape(v) + r"_\d+", key) for v in self.videos)
+
+    def claim(self, path: str, video: bool = False) -> str:
+        """The stem under which the outputs of the input at path are saved (call once per input)."""
+        wanted = Path(path).stem.encode()[: self.MAX_BYTES].decode(errors="ignore") or "input"
+        stem, n = wanted, 1
+        while not self._free(stem, video):
+            n += 1
+            stem = f"{wanted}_{n}"
+        (self.videos if video else self.images).add(stem.casefold())
+        if stem != Path(path).stem:
+            why = "an earlier input has the same name" if stem != wanted else "its name is too long"
+            LOGGER.warning("WARNING: outputs of %s are saved as %s.* (%s)", path, stem, why)
+        return stem
+
+
 class _Outputs:
     """Everything run() writes or shows for one image or frame: labels, crops, annotated images, videos, windows."""
 
@@ -116,34 +188,39 @@ class _Outputs:
             LOGGER.warning("WARNING: --view-img needs a display, none is available here; not showing images")
             self.view_img = False
 
-    def handle(self, path: str, frame: int, im0: np.ndarray, det: torch.Tensor, cap, fps: float) -> bool:
-        """Write labels, crops and the annotated image or frame; False when the viewer asked to stop ('q')."""
-        p = Path(path)
+    def handle(self, stem: str, path: str, frame: int, im0: np.ndarray, det: torch.Tensor, cap, fps: float) -> bool:
+        """Write labels, crops and the annotated image or frame under the input's unique stem (OutputNames);
+        False when the viewer asked to stop ('q')."""
+        p, name = Path(path), output_stem(stem, frame)
         if self.save_txt and len(det):
-            stem = p.stem if frame == 0 else f"{p.stem}_{frame}"
-            _write_labels(self.save_dir / "labels" / f"{stem}.txt", det, im0.shape[:2], self.save_conf)
+            _write_labels(self.save_dir / "labels" / f"{name}.txt", det, im0.shape[:2], self.save_conf)
         if not (self.save_img or self.save_crop or self.view_img):
             return True
         crop_source = im0.copy() if self.save_crop else None
         annotator = Annotator(im0, line_width=self.line_thickness)
         for *xyxy, conf, cls in reversed(det.tolist()):
-            c, name = int(cls), self.names[int(cls)]
+            c, cls_name = int(cls), self.names[int(cls)]
             if self.save_img or self.view_img:
-                label = "" if self.hide_labels else (name if self.hide_conf else f"{name} {conf:.2f}")
+                label = "" if self.hide_labels else (cls_name if self.hide_conf else f"{cls_name} {conf:.2f}")
                 annotator.box_label(xyxy, label, color=colors(c, bgr=True))
             if self.save_crop:
-                save_one_box(xyxy, crop_source, file=self.save_dir / "crops" / name / f"{p.stem}.jpg")
+                save_one_box(xyxy, crop_source, file=self.save_dir / "crops" / cls_name / f"{name}.jpg")
         annotated = annotator.result()
         if self.save_img:
             if frame == 0:
-                if not imwrite(self.save_dir / p.name, annotated):
-                    LOGGER.warning("WARNING: could not write %s", self.save_dir / p.name)
+                self._write_image(self.save_dir / f"{name}{p.suffix}", annotated)
             else:
-                self._write_frame(self.save_dir / p.name, annotated, cap, fps)
+                self._write_frame(self.save_dir / f"{stem}.mp4", annotated, cap, fps)
         if self.view_img:
             cv2.imshow(str(p), annotated)
             return cv2.waitKey(1) != ord("q")
         return True
+
+    @staticmethod
+    def _write_image(file: Path, image: np.ndarray) -> None:
+        """Save an annotated image in its input's format, or as .jpg where OpenCV cannot write that format."""
+        if not imwrite(file, image) and not imwrite(file.with_suffix(".jpg"), image):
+            LOGGER.warning("WARNING: could not write %s", file)
 
     def _write_frame(self, save_path: Path, image: np.ndarray, cap, fps: float) -> None:
         """Append a frame to the .mp4 of its video or stream (one open video at a time)."""
@@ -151,8 +228,7 @@ class _Outputs:
             self.close()
             fps = (cap.get(cv2.CAP_PROP_FPS) if cap is not None else fps) or 30.0
             h, w = image.shape[:2]
-            self.writer = cv2.VideoWriter(str(save_path.with_suffix(".mp4")), cv2.VideoWriter_fourcc(*"mp4v"),
-                                          fps, (w, h))
+            self.writer = cv2.VideoWriter(str(save_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
             self.writer_path = str(save_path)
         self.writer.write(image)
 
@@ -161,6 +237,23 @@ class _Outputs:
         if self.writer is not None:
             self.writer.release()
             self.writer, self.writer_path = None, ""
+
+
+def _shapes_text(shapes: list[tuple[int, ...]]) -> str:
+    """'shape (1, 3, 480, 640)', 'shapes (1, 3, 640, 480), (1, 3, 384, 640)', or the count and the last one."""
+    if len(shapes) == 1:
+        return f"shape {shapes[0]}"
+    if len(shapes) <= 3:
+        return f"shapes {', '.join(map(str, shapes))}"
+    return f"{len(shapes)} letterboxed shapes (last {shapes[-1]})"
+
+
+def _make_save_dir(path: Path, exist_ok: bool) -> Path:
+    """The run folder project/name (incremented unless exist_ok), created; DetectError when it cannot be."""
+    try:
+        return increment_path(path, exist_ok=exist_ok, mkdir=True)
+    except OSError as e:  # --project is a file, read-only, or the name is too long
+        raise DetectError(f"cannot create the output folder {path}: {e.strerror or e}") from None
 
 
 def _prepare_model(weights, device: torch.device, half: bool | None, bf16: bool):
@@ -200,17 +293,23 @@ def run(
 ) -> DetectRun:
     """Detect objects in every image or frame of source; save annotated media and labels as asked.
 
-    Raises CheckpointError, DownloadError, SourceError or DeviceError (one-line messages) on bad input.
+    Raises DetectError, CheckpointError, DownloadError, SourceError or DeviceError (one-line messages) on bad input.
     """
+    check_options(imgsz=imgsz, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, classes=classes,
+                  line_thickness=line_thickness, vid_stride=vid_stride)
     device = select_device(device)
     # The source is checked first, so a typo in it fails at once rather than after a weights download.
     dataset = load_sources(source, imgsz, stride=32, auto=True, vid_stride=vid_stride)
     model, half, autocast, channels_last = _prepare_model(weights, device, half, bf16)
     names, stride = list(model.names), int(model.stride.max())
+    unknown = sorted({c for c in classes or [] if c >= len(names)})
+    if unknown:
+        raise DetectError(f"--classes {' '.join(map(str, unknown))}: this model's class ids are in "
+                          f"[0, {len(names)})")
     imgsz = check_img_size(imgsz, stride)
     dataset.img_size, dataset.stride = imgsz, stride  # loaders letterbox lazily, with these
 
-    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok, mkdir=True)
+    save_dir = _make_save_dir(Path(project) / name, exist_ok)
     outputs = _Outputs(save_dir, names, not nosave, save_txt, save_conf, save_crop, view_img, line_thickness,
                        hide_labels, hide_conf)
     out = DetectRun(save_dir=save_dir, names=names)
@@ -223,7 +322,8 @@ def run(
         return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
     totals = [0.0, 0.0, 0.0]  # seconds: pre-process, inference, NMS
-    frames: Counter = Counter()
+    shapes: list[tuple[int, ...]] = []  # distinct input tensor shapes, for the speed line
+    stems, current, stem, frame = OutputNames(), None, "", 0
     try:
         with torch.inference_mode(), autocast:
             for path, im, im0, cap, log in dataset:
@@ -244,14 +344,16 @@ def run(
 
                 det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], im0.shape).round()
                 det = det.cpu()
-                frame = 0  # images; videos and streams count their frames from 1
-                if getattr(dataset, "mode", "image") != "image":
-                    frames[path] += 1
-                    frame = frames[path]
+                if tuple(x.shape) not in shapes:
+                    shapes.append(tuple(x.shape))
+                video = getattr(dataset, "mode", "image") != "image"
+                if getattr(dataset, "index", 0) != current or not video:  # a new input (the same file may recur)
+                    current, stem, frame = getattr(dataset, "index", 0), stems.claim(path, video), 0
+                frame = frame + 1 if video else 0  # images are frame 0; videos and streams count frames from 1
                 counts = Counter(int(c) for c in det[:, 5].tolist())
                 LOGGER.info("%s%dx%d %s%.1fms", log, *x.shape[2:], _summary(counts, names), (t2 - t1) * 1e3)
                 out.results.append(ImageResult(path, frame, im0.shape[:2], det.numpy(), (t2 - t1) * 1e3))
-                if not outputs.handle(path, frame, im0, det, cap, getattr(dataset, "fps", 30.0)):
+                if not outputs.handle(stem, path, frame, im0, det, cap, getattr(dataset, "fps", 30.0)):
                     break
     finally:
         outputs.close()
@@ -259,8 +361,8 @@ def run(
     out.skipped = list(getattr(dataset, "skipped", []))
     if out.results:
         out.speed_ms = tuple(t / len(out.results) * 1e3 for t in totals)
-        LOGGER.info("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (1, 3, %d, %d)",
-                    *out.speed_ms, *imgsz)
+        LOGGER.info("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at %s",
+                    *out.speed_ms, _shapes_text(shapes))
         if save_txt or not nosave:
             labels = ""
             if save_txt:
@@ -272,33 +374,35 @@ def run(
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (YOLOv5 detect.py flags, plus --bf16)."""
-    parser = argparse.ArgumentParser(description="YOLOv5 object detection on images, videos and streams")
+    parser = Parser(description="YOLOv5 object detection on images, videos and streams")
     parser.add_argument("--weights", nargs="+", type=str, default=["yolov5s.pt"],
                         help="model path; official names (yolov5s.pt ...) are downloaded into weights/")
     parser.add_argument("--source", type=str, default="data/images",
                         help="file, dir, glob, .txt list, video, webcam index (0), rtsp/rtmp/http(s) stream")
-    parser.add_argument("--img-size", "--img", "--imgsz", dest="imgsz", nargs="+", type=int, default=[640],
-                        help="inference size: one value, or h w")
-    parser.add_argument("--conf-thres", type=float, default=0.25, help="confidence threshold")
-    parser.add_argument("--iou-thres", type=float, default=0.45, help="NMS IoU threshold")
-    parser.add_argument("--max-det", type=int, default=1000, help="maximum detections per image")
+    parser.add_argument("--img-size", "--img", "--imgsz", dest="imgsz", nargs="+", type=LIMITS["imgsz"][1],
+                        default=[640], help="inference size: one value, or h w (1-8192, rounded up to the stride)")
+    parser.add_argument("--conf-thres", type=LIMITS["conf_thres"][1], default=0.25, help="confidence threshold [0, 1]")
+    parser.add_argument("--iou-thres", type=LIMITS["iou_thres"][1], default=0.45, help="NMS IoU threshold [0, 1]")
+    parser.add_argument("--max-det", type=LIMITS["max_det"][1], default=1000, help="maximum detections per image")
     parser.add_argument("--device", default="", help="'' (auto), cpu, 0, or 0,1")
     parser.add_argument("--view-img", action="store_true", help="show results")
     parser.add_argument("--save-txt", action="store_true", help="save results to labels/*.txt")
     parser.add_argument("--save-conf", action="store_true", help="save confidences in --save-txt labels")
     parser.add_argument("--save-crop", action="store_true", help="save cropped boxes to crops/<class>/")
     parser.add_argument("--nosave", action="store_true", help="do not save images or videos")
-    parser.add_argument("--classes", nargs="+", type=int, help="keep only these classes: --classes 0, or 0 2 3")
+    parser.add_argument("--classes", nargs="+", type=LIMITS["classes"][1],
+                        help="keep only these class ids: --classes 0, or 0 2 3")
     parser.add_argument("--agnostic-nms", action="store_true", help="class-agnostic NMS")
     parser.add_argument("--project", default="runs/detect", help="save results to project/name")
     parser.add_argument("--name", default="exp", help="save results to project/name")
     parser.add_argument("--exist-ok", action="store_true", help="reuse project/name instead of incrementing it")
-    parser.add_argument("--line-thickness", default=3, type=int, help="bounding box thickness (pixels)")
+    parser.add_argument("--line-thickness", default=3, type=LIMITS["line_thickness"][1],
+                        help="bounding box thickness in pixels (1-100)")
     parser.add_argument("--hide-labels", action="store_true", help="hide labels")
     parser.add_argument("--hide-conf", action="store_true", help="hide confidences")
     parser.add_argument("--half", action=argparse.BooleanOptionalAction, default=None,
                         help="FP16 inference on CUDA (default: on for GPUs with fast FP16; never on CPU)")
-    parser.add_argument("--vid-stride", type=int, default=1, help="video frame-rate stride")
+    parser.add_argument("--vid-stride", type=LIMITS["vid_stride"][1], default=1, help="video frame-rate stride")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast on CPUs with AVX512-BF16 or AMX")
     opt = parser.parse_args(argv)
     if len(opt.imgsz) > 2:
@@ -312,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     opt = parse_opt(argv)
     try:
         out = run(**vars(opt))
-    except (CheckpointError, DownloadError, SourceError, DeviceError) as e:
+    except (DetectError, CheckpointError, DownloadError, SourceError, DeviceError) as e:
         LOGGER.error("ERROR: %s", one_line(e))
         return 1
     except OSError as e:  # e.g. an unwritable --project folder

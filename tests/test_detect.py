@@ -72,7 +72,7 @@ def test_cli_reproduces_official_labels(tmp_path):
     _assert_matches_reference(exp / "labels")
     assert f"image 1/2 {IMAGES / 'bus.jpg'}: 640x480 4 persons, 1 bus, " in out
     assert f"image 2/2 {IMAGES / 'zidane.jpg'}: 384x640 2 persons, 1 tie, " in out
-    assert "per image at shape (1, 3, 640, 640)" in out and "Speed: " in out
+    assert "per image at shapes (1, 3, 640, 480), (1, 3, 384, 640)" in out and "Speed: " in out  # letterboxed
     assert "Results saved to runs/detect/exp" in out
     for name in ("bus.jpg", "zidane.jpg"):  # annotated copies at the original size
         assert cv2.imread(str(exp / name)).shape == cv2.imread(str(IMAGES / name)).shape

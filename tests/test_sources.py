@@ -119,7 +119,8 @@ def test_glob_and_txt_list(tmp_path):
         _write(sub / name, _photo())
     assert [Path(p).name for p, *_ in LoadImages(str(sub / "*.jpg"), 64)] == ["one.jpg", "two.jpg"]
     listing = tmp_path / "list.txt"
-    # Relative entries resolve against the list's folder; a missing entry is warned about and skipped.
+    # Relative entries missing from the current directory resolve against the list's folder; a missing entry is
+    # warned about and skipped.
     listing.write_text(f"imgs/three.png\n\n{sub / 'one.jpg'}\nimgs/gone.jpg\n")
     loader = LoadImages(listing, 64)
     assert [Path(p).name for p, *_ in loader] == ["three.png", "one.jpg"]
@@ -255,3 +256,63 @@ def test_jpeg_exif_orientation_is_applied(tmp_path):
     out = read_image(tmp_path / "rotated.jpg")
     assert out.shape == (200, 100, 3)
     assert out[:50].mean() > 200 and out[150:].mean() < 50  # the band is now on top
+
+
+# --- issue #8: sources that used to be misread -----------------------------------------------------------------
+
+
+def test_existing_file_with_glob_characters_is_that_file(tmp_path):
+    _write(tmp_path / "a[1].jpg", _photo())
+    _write(tmp_path / "a1.jpg", _photo())  # what the pattern a[1].jpg would match instead
+    assert [Path(p).name for p, *_ in load_sources(tmp_path / "a[1].jpg", 64)] == ["a[1].jpg"]
+    assert [Path(p).name for p, *_ in load_sources(tmp_path / "a[1]*.jpg", 64)] == ["a1.jpg"]  # still a glob
+
+
+def test_folder_with_only_subfolders_says_so(tmp_path):
+    for name in ("train", "val"):
+        (tmp_path / name).mkdir()
+        _write(tmp_path / name / "x.jpg", _photo())
+    with pytest.raises(SourceError) as info:
+        load_sources(tmp_path, 64)
+    message = str(info.value)
+    assert "has no files, only 2 subfolders" in message and "**/*.jpg" in message and "\n" not in message
+
+
+def test_video_cut_short_is_warned_about(tmp_path, log):
+    video = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 10, (64, 48))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        writer.write(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8))  # noise: frames of similar size
+    writer.release()
+    assert len(list(LoadImages(video, 64))) == 20 and not log.messages  # the whole file: no warning
+    data = video.read_bytes()
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(data[: len(data) // 2])
+    read = len(list(LoadImages(cut, 64)))
+    assert 0 < read < 20
+    warnings = [m for m in log.messages if m.startswith("WARNING")]
+    assert warnings == [f"WARNING: video {cut} ended early: read {read} of the 20 frames its header announces "
+                        "(file cut short or damaged?)"]
+
+
+def test_list_entries_resolve_from_the_current_directory(tmp_path, monkeypatch):
+    cwd, lists = tmp_path / "work", tmp_path / "lists"
+    for folder in (cwd / "imgs", lists / "imgs"):
+        folder.mkdir(parents=True)
+    _write(cwd / "imgs" / "a.jpg", _photo(60, 80))  # the file YOLOv5 reads
+    _write(lists / "imgs" / "a.jpg", _photo(40, 50))  # a decoy beside the list
+    _write(lists / "imgs" / "only_here.jpg", _photo(30, 30))  # missing from cwd: the list's folder is the fallback
+    listing = lists / "list.txt"
+    listing.write_text("imgs/a.jpg\nimgs/only_here.jpg\n")
+    monkeypatch.chdir(cwd)
+    items = list(load_sources(listing, 64))
+    assert [p for p, *_ in items] == ["imgs/a.jpg", str(lists / "imgs" / "only_here.jpg")]
+    assert [im0.shape[:2] for _, _, im0, _, _ in items] == [(60, 80), (30, 30)]
+
+
+def test_empty_source_string_is_refused():
+    with pytest.raises(SourceError, match="--source is empty"):
+        load_sources("", 64)
+    with pytest.raises(SourceError, match="--source is empty"):
+        load_sources("  ", 64)

@@ -26,11 +26,15 @@ def colors(i: int, bgr: bool = False) -> tuple[int, int, int]:
 
 
 def imwrite(file: str | Path, image: np.ndarray, params: list[int] | None = None) -> bool:
-    """cv2.imwrite that also handles non-ASCII paths; True when the file was written."""
-    ok, encoded = cv2.imencode(Path(file).suffix or ".jpg", image, params or [])
-    if ok:
-        encoded.tofile(str(file))
-    return bool(ok)
+    """cv2.imwrite that also handles non-ASCII paths; True when the file was written, False (never an exception)
+    when OpenCV has no encoder for the suffix or the file cannot be written."""
+    try:
+        ok, encoded = cv2.imencode(Path(file).suffix or ".jpg", image, params or [])
+        if ok:
+            encoded.tofile(str(file))
+        return bool(ok)
+    except (cv2.error, OSError):
+        return False
 
 
 class Annotator:

@@ -112,29 +112,63 @@ def prepare(image: np.ndarray, img_size: int | tuple[int, int], stride: int = 32
     return np.ascontiguousarray(boxed[..., ::-1].transpose(2, 0, 1))
 
 
+def _short(text: str, limit: int = 120) -> str:
+    """text cut to limit characters for one-line messages (paths can be thousands of characters long)."""
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
+
+
+def _list_entries(path: Path) -> list[str]:
+    """Files named in a .txt list. Relative entries resolve from the current directory, as in YOLOv5; one that is
+    missing there but exists beside the list resolves from the list's folder, so lists written that way still work."""
+    lines = [s.strip() for s in path.read_text(encoding="utf-8-sig", errors="replace").splitlines()]
+    files = []
+    for line in filter(None, lines):
+        entry = Path(line).expanduser()
+        if not entry.is_absolute() and not entry.exists() and (path.parent / entry).exists():
+            entry = path.parent / entry
+        files.append(str(entry))
+    return files
+
+
+def _list_dir(path: Path, source: str) -> list[str]:
+    """Files directly inside a folder, sorted (not recursive); raises SourceError when it holds none."""
+    entries = list(path.iterdir())
+    files = sorted(str(p) for p in entries if p.is_file())
+    if not files:
+        folders = sum(p.is_dir() for p in entries)
+        if folders:
+            raise SourceError(f"directory {_short(source)} has no files, only {folders} subfolder"
+                              f"{'s' * (folders > 1)} (folders are not searched; use a glob such as "
+                              f"'{_short(source)}/**/*.jpg')")
+        raise SourceError(f"directory {_short(source)} is empty")
+    return files
+
+
 def _expand(source: str) -> list[str]:
     """File paths named by a file, folder, glob or .txt list; raises SourceError when there are none."""
     path = Path(source).expanduser()
+    try:
+        # An existing path wins over glob interpretation, so 'a[1].jpg' is that file, not a pattern.
+        if path.is_dir():
+            return _list_dir(path, source)
+        if path.is_file():
+            if _suffix(path) == "txt":
+                files = _list_entries(path)
+                if not files:
+                    raise SourceError(f"list {_short(source)} names no files")
+                return files
+            return [str(path)]
+    except OSError as e:  # e.g. a name longer than the file system allows
+        raise SourceError(f"cannot read source {_short(source)}: {e.strerror or e}") from None
     if any(c in source for c in "*?["):
-        files = sorted(glob.glob(str(path), recursive=True))
+        matches = sorted(glob.glob(str(path), recursive=True))
+        if not matches:
+            raise SourceError(f"no files match {_short(source)}")
+        files = [f for f in matches if os.path.isfile(f)]
         if not files:
-            raise SourceError(f"no files match {source}")
-        return [f for f in files if os.path.isfile(f)]
-    if path.is_dir():
-        files = sorted(str(p) for p in path.iterdir() if p.is_file())
-        if not files:
-            raise SourceError(f"directory {source} is empty")
+            raise SourceError(f"{_short(source)} matches only folders ({len(matches)}), no files")
         return files
-    if path.is_file() and _suffix(path) == "txt":
-        lines = [s.strip() for s in path.read_text(encoding="utf-8", errors="replace").splitlines()]
-        # Relative entries are relative to the list's folder, as with YOLOv5.
-        files = [str((path.parent / s) if not Path(s).is_absolute() else Path(s)) for s in lines if s]
-        if not files:
-            raise SourceError(f"list {source} names no files")
-        return files
-    if path.is_file():
-        return [str(path)]
-    raise SourceError(f"source not found: {source}")
+    raise SourceError(f"source not found: {_short(source)}")
 
 
 class LoadImages:
@@ -165,6 +199,7 @@ class LoadImages:
         self.vid_stride = max(int(vid_stride), 1)
         self.mode = "image"
         self.cap: cv2.VideoCapture | None = None
+        self.index = -1  # position in self.files of the file being read
         self.frame = 0
         self.frames = 0
         self.skipped: list[str] = []
@@ -191,6 +226,7 @@ class LoadImages:
     def __iter__(self) -> Iterator[Item]:
         n = len(self.files)
         for index, (path, is_video) in enumerate(zip(self.files, self.video_flag)):
+            self.index = index
             if not is_video:
                 self.mode, self.cap = "image", None
                 image, reason = read_image_checked(path)
@@ -206,6 +242,7 @@ class LoadImages:
                 LOGGER.warning("WARNING: skipping %s: cannot open video", path)
                 self.skipped.append(path)
                 continue
+            expected = self.frames  # from the container's header
             try:
                 while (frame := self._next_frame()) is not None:
                     self.frame += 1
@@ -215,6 +252,9 @@ class LoadImages:
                 if self.frame == 0:
                     LOGGER.warning("WARNING: skipping %s: no frames could be read", path)
                     self.skipped.append(path)
+                elif self.frame < expected:
+                    LOGGER.warning("WARNING: video %s ended early: read %d of the %d frames its header announces "
+                                   "(file cut short or damaged?)", path, self.frame, expected)
             finally:
                 self.cap.release()
 
@@ -302,6 +342,8 @@ def load_sources(source: str | Path, img_size: int | tuple[int, int] = 640, stri
                  vid_stride: int = 1) -> LoadImages | LoadStreams:
     """The loader for a --source string; URLs of image or video files are downloaded to a temporary folder first."""
     source = str(source)
+    if not source.strip():
+        raise SourceError("--source is empty: give a file, folder, glob, .txt list, video, webcam index or URL")
     if is_stream(source):
         return LoadStreams(source, img_size, stride, auto, vid_stride)
     if is_url(source):
