@@ -266,6 +266,11 @@ def main(opt: argparse.Namespace) -> int:
     except (TrainError, DatasetError, CheckpointError, DeviceError, DownloadError, MetricsError) as e:
         LOGGER.error(f"ERROR: {one_line(e)}")
         return 1
+    except torch.OutOfMemoryError as e:  # the device's memory: a smaller batch or image size may fit
+        first = str(e).strip().split(". ")[0] if str(e).strip() else "no details"
+        LOGGER.error(f"ERROR: out of memory ({first}): try a smaller --batch-size or --img; saved checkpoints are "
+                     f"intact")
+        return 1
     except OSError as e:  # e.g. a full disk while writing results: saved checkpoints are intact
         full = "the disk is full (ENOSPC): " if e.errno == errno.ENOSPC else ""
         LOGGER.error(f"ERROR: {full}{e.__class__.__name__}: {one_line(e)}")

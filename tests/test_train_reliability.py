@@ -175,6 +175,17 @@ def test_full_disk_while_writing_results_is_one_line(tiny_yaml, tmp_path, monkey
     assert "the disk is full (ENOSPC)" in _one_error(log)
 
 
+def test_out_of_memory_is_one_line(tiny_yaml, tmp_path, monkeypatch, log):
+    class OutOfMemory(trainer.ComputeLoss):
+        def __call__(self, preds, targets):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity")
+
+    monkeypatch.setattr(trainer, "ComputeLoss", OutOfMemory)
+    assert _train("--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path) == 1
+    error = _one_error(log)
+    assert "out of memory (CUDA out of memory)" in error and "smaller --batch-size" in error
+
+
 @pytest.mark.parametrize("case, message", [
     ("project_is_a_file", "is a file, not a folder"),
     ("broken_weights", "refused"),
