@@ -121,12 +121,15 @@ def build_model(opt: argparse.Namespace, nc: int, hyp: dict, device: torch.devic
 
 
 def _load_resume_state(module: nn.Module, state: dict, what: str) -> None:
-    """module.load_state_dict(state) as float32, or TrainError when state belongs to another model."""
-    try:
-        module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
-    except (RuntimeError, KeyError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        raise TrainError(f"{what} do not fit its model config (a checkpoint of another model?): {first}") from None
+    """module.load_state_dict(state) as float32, or TrainError naming a weight that belongs to another model."""
+    own = module.state_dict()
+    problem = next((f"{k} is missing" for k in own if k not in state), None)
+    problem = problem or next((f"{k} is not in the model" for k in state if k not in own), None)
+    problem = problem or next((f"{k} is {tuple(v.shape)} in the file but {tuple(own[k].shape)} in the model"
+                               for k, v in state.items() if v.shape != own[k].shape), None)
+    if problem:
+        raise TrainError(f"{what} do not fit its model config (a checkpoint of another model?): {problem}")
+    module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
 
 
 def _load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, last: str) -> None:
