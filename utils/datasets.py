@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover - verification falls back to a full Open
 ROOT = Path(__file__).resolve().parents[1]
 IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
 CACHE_VERSION = 1
+MAX_CLASSES = 100_000  # LVIS has 1203; more is a typo
 MIN_SIZE = 10  # images smaller than this (px) on any side are rejected
 OVERSHOOT = 0.01  # normalised coordinates this far outside [0, 1] are clipped; further is an error
 HYP_KEYS = (
@@ -91,8 +92,8 @@ def load_hyp(path: str | Path) -> dict:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise DatasetError(f"{file}: hyperparameter {k} must be a finite number, got {v!r}")
         hi = 1 if k in HYP_AT_MOST_1 else math.inf
-        if not 0 <= v <= hi or k == "anchors" and v != int(v):  # anchors: per output layer, 0 to ignore
-            valid = "a whole number >= 0" if k == "anchors" else "in [0, 1]" if hi == 1 else ">= 0"
+        if not 0 <= v <= hi:  # anchors (per output layer, rounded; 0 to ignore) too: YOLOv5's evolved hyps have 3.63
+            valid = "in [0, 1]" if hi == 1 else ">= 0"
             raise DatasetError(f"{file}: hyperparameter {k} must be {valid}, got {v!r}")
     return {k: float(v) if k != "anchors" else v for k, v in hyp.items()}
 
@@ -172,6 +173,8 @@ def load_data_config(path: str | Path) -> dict:
     _check_path_entries(data, file)
     if "nc" in data and (isinstance(data["nc"], bool) or not isinstance(data["nc"], int) or data["nc"] < 1):
         raise DatasetError(f"{file}: 'nc' must be a positive integer, got {data['nc']!r}")
+    if data.get("nc", 0) > MAX_CLASSES:  # a typo (extra zeros) would otherwise build a huge names list
+        raise DatasetError(f"{file}: 'nc' is {data['nc']}, more than {MAX_CLASSES} classes: a typo?")
     root = _dataset_root(data.get("path"), file)
     names = _names_list(data.get("names"), data.get("nc"), file)
     nc = data.get("nc", len(names))
@@ -200,7 +203,6 @@ def load_data_config(path: str | Path) -> dict:
             LOGGER.info(f"Generating the synthetic shapes dataset in {root} ...")
             generate_shapes(root)
         elif data.get("download"):
-            LOGGER.info(f"Dataset not found ({missing[0]}), downloading it ...")
             download_dataset(data["download"], root, missing[0])
         else:
             raise DatasetError(f"dataset not found: {missing[0]} does not exist and {file.name} has no 'download'")
@@ -234,6 +236,7 @@ def download_dataset(spec, root: Path, missing: str = "") -> None:
         where = f"{missing} does not exist" if missing else f"dataset {root} not found"
         raise DatasetError(f"{where}; the data YAML's 'download' is not an http(s) URL of a zip/tar archive and is "
                            f"never run: read it and run it yourself if you trust it: {text}")
+    LOGGER.info(f"Dataset not found ({missing or root}), downloading it ...")
     parent = root.parent
     parent.mkdir(parents=True, exist_ok=True)
     for url in urls:
@@ -316,8 +319,10 @@ def list_image_files(path, prefix: str = "") -> list[str]:
                 lines = p.read_text(encoding="utf-8-sig").splitlines()
             except (OSError, UnicodeDecodeError) as e:
                 raise DatasetError(f"{prefix}cannot read image list {p}: {e}") from None
-            for line in lines:
+            for n, line in enumerate(lines, 1):
                 line = line.strip()
+                if "\0" in line:  # pathlib cannot even resolve it
+                    raise DatasetError(f"{prefix}{p} line {n}: not a file path (NUL character)")
                 if line:
                     f = Path(line)
                     files.append(str(f if f.is_absolute() else (parent / f).resolve()))
