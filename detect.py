@@ -51,6 +51,9 @@ LIMITS = {
 
 def check_options(**options) -> None:
     """Raise DetectError naming the option and its valid range when a value of run() is outside LIMITS."""
+    imgsz = options.get("imgsz")
+    if isinstance(imgsz, (list, tuple)) and len(imgsz) not in (1, 2):
+        raise DetectError(f"--img-size (imgsz=) takes one or two values, got {len(imgsz)}")
     for key, value in options.items():
         flag, parse = LIMITS[key]
         values = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
@@ -248,8 +251,11 @@ def _shapes_text(shapes: list[tuple[int, ...]]) -> str:
     return f"{len(shapes)} letterboxed shapes (last {shapes[-1]})"
 
 
-def _make_save_dir(path: Path, exist_ok: bool) -> Path:
+def _make_save_dir(project: str | Path, name: str, exist_ok: bool) -> Path:
     """The run folder project/name (incremented unless exist_ok), created; DetectError when it cannot be."""
+    if not str(name).strip():  # project/'' is project itself, which would be incremented to a sibling folder
+        raise DetectError("--name is empty: give the run folder's name (default exp)")
+    path = Path(project) / name
     try:
         return increment_path(path, exist_ok=exist_ok, mkdir=True)
     except OSError as e:  # --project is a file, read-only, or the name is too long
@@ -302,6 +308,8 @@ def run(
     dataset = load_sources(source, imgsz, stride=32, auto=True, vid_stride=vid_stride)
     model, half, autocast, channels_last = _prepare_model(weights, device, half, bf16)
     names, stride = list(model.names), int(model.stride.max())
+    if classes is not None:  # one id may be given as a plain int, as YOLOv5 allows
+        classes = [int(c) for c in (classes if isinstance(classes, (list, tuple)) else [classes])]
     unknown = sorted({c for c in classes or [] if c >= len(names)})
     if unknown:
         raise DetectError(f"--classes {' '.join(map(str, unknown))}: this model's class ids are in "
@@ -309,17 +317,13 @@ def run(
     imgsz = check_img_size(imgsz, stride)
     dataset.img_size, dataset.stride = imgsz, stride  # loaders letterbox lazily, with these
 
-    save_dir = _make_save_dir(Path(project) / name, exist_ok)
+    save_dir = _make_save_dir(project, name, exist_ok)
     outputs = _Outputs(save_dir, names, not nosave, save_txt, save_conf, save_crop, view_img, line_thickness,
                        hide_labels, hide_conf)
     out = DetectRun(save_dir=save_dir, names=names)
 
     def preprocess(im: np.ndarray) -> torch.Tensor:
-        """CHW RGB uint8 array -> (1, 3, H, W) tensor in [0, 1] on device, in the model's precision and layout."""
-        x = torch.from_numpy(im).to(device)
-        x = (x.half() if half else x.float()) / 255
-        x = x[None]
-        return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+        return _preprocess(im, device, half, channels_last)
 
     totals = [0.0, 0.0, 0.0]  # seconds: pre-process, inference, NMS
     shapes: list[tuple[int, ...]] = []  # distinct input tensor shapes, for the speed line
@@ -361,15 +365,28 @@ def run(
     out.skipped = list(getattr(dataset, "skipped", []))
     if out.results:
         out.speed_ms = tuple(t / len(out.results) * 1e3 for t in totals)
-        LOGGER.info("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at %s",
-                    *out.speed_ms, _shapes_text(shapes))
-        if save_txt or not nosave:
-            labels = ""
-            if save_txt:
-                n = len(list((save_dir / "labels").glob("*.txt")))
-                labels = f", {n} label file{'s' * (n != 1)} in {save_dir / 'labels'}"
-            LOGGER.info("Results saved to %s%s", save_dir, labels)
+        _log_summary(out, shapes, save_txt, not nosave)
     return out
+
+
+def _preprocess(im: np.ndarray, device: torch.device, half: bool, channels_last: bool) -> torch.Tensor:
+    """CHW RGB uint8 array -> (1, 3, H, W) tensor in [0, 1] on device, in the model's precision and layout."""
+    x = torch.from_numpy(im).to(device)
+    x = (x.half() if half else x.float()) / 255
+    x = x[None]
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+def _log_summary(out: DetectRun, shapes: list[tuple[int, ...]], save_txt: bool, save_img: bool) -> None:
+    """The speed line (at the real input shapes) and where the results went."""
+    LOGGER.info("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at %s",
+                *out.speed_ms, _shapes_text(shapes))
+    if save_txt or save_img:
+        labels = ""
+        if save_txt:
+            n = len(list((out.save_dir / "labels").glob("*.txt")))
+            labels = f", {n} label file{'s' * (n != 1)} in {out.save_dir / 'labels'}"
+        LOGGER.info("Results saved to %s%s", out.save_dir, labels)
 
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:

@@ -136,6 +136,7 @@ def test_line_thickness_out_of_range_is_one_line_not_a_crash(shared, tmp_path, v
     ({"line_thickness": -4}, "--line-thickness"),
     ({"vid_stride": 0}, "--vid-stride"),
     ({"imgsz": (640, -1)}, "--img-size"),
+    ({"imgsz": (320, 320, 3)}, "--img-size (imgsz=) takes one or two values, got 3"),
     ({"classes": [0, -2]}, "--classes"),
 ])
 def test_run_checks_the_same_ranges(shared, tmp_path, kwargs, expected):
@@ -143,6 +144,11 @@ def test_run_checks_the_same_ranges(shared, tmp_path, kwargs, expected):
         _run(shared, shared / "images" / "bus.jpg", tmp_path, **kwargs)
     assert str(info.value).startswith(expected) and "\n" not in str(info.value)
     assert not (tmp_path / "runs").exists()
+
+
+def test_run_takes_one_class_id_as_an_int(shared, tmp_path):
+    out = _run(shared, shared / "images" / "bus.jpg", tmp_path, classes=5, nosave=True)
+    assert _result_classes(out.results[0]) == [5]
 
 
 def test_class_ids_beyond_the_model_are_refused(shared, tmp_path, log):
@@ -185,6 +191,24 @@ def test_project_that_is_a_file_is_one_line(shared, tmp_path, log):
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert errors == [f"ERROR: cannot create the output folder {blocker / 'exp'}: Not a directory"]
+
+
+def test_empty_name_is_refused(shared, tmp_path):
+    # project/'' is project itself, which was incremented to a sibling folder 'runs2' outside the project.
+    with pytest.raises(detect.DetectError, match="--name is empty"):
+        _run(shared, shared / "images" / "bus.jpg", tmp_path, name="")
+    assert not (tmp_path / "runs2").exists()
+
+
+def test_long_file_names_get_shorter_output_names(shared, tmp_path, log):
+    long = "b" * 251  # the longest name a .jpg can have; '<stem>2.jpg' (a second crop) would be too long
+    shutil.copy(shared / "images" / "bus.jpg", tmp_path / f"{long}.jpg")
+    out = _run(shared, tmp_path / f"{long}.jpg", tmp_path, save_txt=True, save_crop=True)
+    short = long[:200]
+    assert (out.save_dir / "labels" / f"{short}.txt").is_file() and (out.save_dir / f"{short}.jpg").is_file()
+    persons = _result_classes(out.results[0]).count(0)
+    assert persons >= 2 and len(list((out.save_dir / "crops" / "person").iterdir())) == persons
+    assert sum(f"are saved as {short}.* (its name is too long)" in m for m in log.messages) == 1
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -316,3 +316,12 @@ def test_empty_source_string_is_refused():
         load_sources("", 64)
     with pytest.raises(SourceError, match="--source is empty"):
         load_sources("  ", 64)
+
+
+def test_image_too_thin_to_letterbox_is_skipped(tmp_path, log):
+    _write(tmp_path / "line.png", np.full((1, 4000, 3), 100, np.uint8))  # 1 pixel high: 0 pixels at 64
+    _write(tmp_path / "ok.png", np.full((2, 60, 3), 100, np.uint8))
+    loader = LoadImages(tmp_path, img_size=64)
+    assert [Path(p).name for p, *_ in loader] == ["ok.png"] and [Path(p).name for p in loader.skipped] == ["line.png"]
+    assert f"WARNING: skipping {tmp_path / 'line.png'}: 1x4000 pixels is too thin to resize to --img-size 64x64" \
+        in log.messages

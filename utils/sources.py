@@ -112,6 +112,16 @@ def prepare(image: np.ndarray, img_size: int | tuple[int, int], stride: int = 32
     return np.ascontiguousarray(boxed[..., ::-1].transpose(2, 0, 1))
 
 
+def _too_thin(shape: tuple[int, ...], img_size: int | tuple[int, int] | list[int]) -> str:
+    """Why letterboxing to img_size cannot work (a side would shrink to 0 pixels, e.g. 1x4000 at 64), or ''."""
+    h, w = shape[:2]
+    size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    r = min(size[0] / h, size[1] / w)
+    if round(h * r) >= 1 and round(w * r) >= 1:
+        return ""
+    return f"{h}x{w} pixels is too thin to resize to --img-size {size[0]}x{size[1]}"
+
+
 def _short(text: str, limit: int = 120) -> str:
     """text cut to limit characters for one-line messages (paths can be thousands of characters long)."""
     return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
@@ -230,6 +240,8 @@ class LoadImages:
             if not is_video:
                 self.mode, self.cap = "image", None
                 image, reason = read_image_checked(path)
+                if image is not None and (thin := _too_thin(image.shape, self.img_size)):
+                    image, reason = None, thin
                 if image is None:
                     LOGGER.warning("WARNING: skipping %s: %s", path, reason)
                     self.skipped.append(path)
