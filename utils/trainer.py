@@ -88,7 +88,7 @@ def intersect_state_dicts(src: dict, dst: dict, exclude: tuple[str, ...] = ()) -
 def build_model(opt: argparse.Namespace, nc: int, hyp: dict, device: torch.device,
                 resume_ckpt: dict | None = None) -> Model:
     """The model to train: from --cfg, from --weights with every matching tensor transferred, or resumed."""
-    anchors = int(hyp["anchors"]) if hyp.get("anchors") else None
+    anchors = round(hyp.get("anchors") or 0) or None  # as YOLOv5: rounded, and 0 keeps the config's anchors
     if resume_ckpt is not None:  # the training weights (not the EMA) of the interrupted run
         saved_nc = resume_ckpt["yaml"].get("nc")
         if saved_nc != nc:
