@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from utils.checkpoint import CheckpointError
+from utils.cli import Parser, float_in, int_in
 from utils.datasets import DatasetError
 from utils.downloads import DownloadError
 from utils.log import LOGGER, one_line
@@ -26,22 +27,22 @@ __all__ = ["main", "parse_opt", "run", "score_files"]
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (YOLOv5 test.py flags, plus --bf16, --no-plots, --ann-json and --pred-json)."""
-    parser = argparse.ArgumentParser(description="Validate a YOLOv5 detector (COCO metrics)")
+    parser = Parser(description="Validate a YOLOv5 detector (COCO metrics)")
     parser.add_argument("--data", type=str, default="coco128.yaml", help="data YAML")
     parser.add_argument("--weights", nargs="+", type=str, default=None, help="model weights (.pt)")
-    parser.add_argument("--batch-size", type=int, default=32, help="batch size")
-    parser.add_argument("--img-size", "--img", "--imgsz", dest="imgsz", type=int, default=640,
+    parser.add_argument("--batch-size", type=int_in(1), default=32, help="batch size")
+    parser.add_argument("--img-size", "--img", "--imgsz", dest="imgsz", type=int_in(32), default=640,
                         help="inference size (pixels)")
-    parser.add_argument("--conf-thres", type=float, default=0.001, help="confidence threshold")
-    parser.add_argument("--iou-thres", type=float, default=0.6, help="NMS IoU threshold")
-    parser.add_argument("--max-det", type=int, default=300, help="maximum detections per image")
+    parser.add_argument("--conf-thres", type=float_in(0, 1), default=0.001, help="confidence threshold")
+    parser.add_argument("--iou-thres", type=float_in(0, 1), default=0.6, help="NMS IoU threshold")
+    parser.add_argument("--max-det", type=int_in(1), default=300, help="maximum detections per image")
     parser.add_argument("--task", default="val", choices=TASKS, help="split to validate, or 'speed'")
     parser.add_argument("--device", default="", help="cuda device, i.e. 0 or 0,1,2,3 or cpu")
     half = parser.add_mutually_exclusive_group()
     half.add_argument("--half", dest="half", action="store_true", default=None, help="FP16 inference (CUDA)")
     half.add_argument("--no-half", dest="half", action="store_false", help="float32 even on fast-FP16 GPUs")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast on CPUs with AVX512-BF16 or AMX")
-    parser.add_argument("--workers", type=int, default=8, help="max dataloader workers")
+    parser.add_argument("--workers", type=int_in(0), default=8, help="max dataloader workers")
     parser.add_argument("--single-cls", action="store_true", help="treat as a single-class dataset")
     parser.add_argument("--verbose", action="store_true", help="report mAP by class")
     parser.add_argument("--save-txt", action="store_true", help="save results to *.txt")

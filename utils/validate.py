@@ -220,10 +220,12 @@ def _count_images(data: dict, split: str) -> int:
 
 
 def _validation_loader(data: dict, split: str, task: str, imgsz: int, batch_size: int, stride: int,
-                       single_cls: bool, workers: int, nc: int, n_images: int):
-    """YOLOv5's validation loader: rectangular batches padded by half a stride (square for --task speed)."""
+                       single_cls: bool, workers: int, nc: int):
+    """YOLOv5's validation loader: rectangular batches padded by half a stride (square for --task speed).
+
+    create_dataloader clips the batch to the images that remain once corrupt ones are dropped."""
     pad, rect = (0.0, False) if task == "speed" else (0.5, True)
-    return create_dataloader(data[split], imgsz, max(1, min(batch_size, n_images)), stride, single_cls, pad=pad,
+    return create_dataloader(data[split], imgsz, batch_size, stride, single_cls, pad=pad,
                              rect=rect, workers=workers, prefix=f"{split}: ", nc=nc)[0]
 
 
@@ -276,6 +278,14 @@ def _label_files(files: list[str], folder: Path) -> dict[str, Path]:
     return out
 
 
+def _make_folder(folder: Path) -> None:
+    """Create the results folder, or TestError saying why it cannot be (e.g. --project names a file)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TestError(f"cannot create the results folder {folder}: {e.strerror or e}") from None
+
+
 @torch.no_grad()
 def run(
     data,
@@ -321,7 +331,8 @@ def run(
     nc = 1 if single_cls else int(data["nc"])
     names = (["item"] if len(data["names"]) != 1 else list(data["names"])) if single_cls else list(data["names"])
     training = model is not None
-    n_images = _count_images(data, split) if dataloader is None else len(dataloader.dataset)
+    if dataloader is None:
+        _count_images(data, split)  # a missing or empty split fails before any weights are loaded
     if training:
         device, half, autocast = _callers_model(model, half)
         channels_last = False  # the caller's model keeps its layout
@@ -334,8 +345,7 @@ def run(
     save_dir = Path(save_dir) if save_dir else increment_path(Path(project) / name, exist_ok=exist_ok)
     if dataloader is None:
         imgsz = check_img_size(imgsz, stride)
-        dataloader = _validation_loader(data, split, task, imgsz, batch_size, stride, single_cls, workers, nc,
-                                        n_images)
+        dataloader = _validation_loader(data, split, task, imgsz, batch_size, stride, single_cls, workers, nc)
     files = list(dataloader.dataset.im_files)
 
     # Ground truth: the official COCO JSON when there is one (crowd regions and areas as the protocol wants
@@ -344,7 +354,7 @@ def run(
                                                 training=training)
     id_of = dict(zip(files, ids))
     txt_of = _label_files(files, save_dir / "labels") if save_txt else {}
-    (save_dir / "labels" if save_txt else save_dir).mkdir(parents=True, exist_ok=True)
+    _make_folder(save_dir / "labels" if save_txt else save_dir)
     category_ids = None if single_cls else coco_category_ids(names)
     if json_gt is not None and category_ids is None:
         category_ids = json_gt[0].category_ids
@@ -463,7 +473,8 @@ def score_files(ann_json: str | Path, pred_json: str | Path, project: str | Path
     metrics = evaluate_coco_json(ann_json, pred_json)
     LOGGER.info(f"{Path(pred_json).name} against {Path(ann_json).name} ({metrics.images} images, "
                 f"{int(metrics.instances.sum())} instances):\n{format_coco_stats(metrics.stats)}")
-    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok, mkdir=True)
+    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
+    _make_folder(save_dir)
     write_results_json(save_dir / "results.json", metrics, (0.0, 0.0, 0.0))
     LOGGER.info(f"Results saved to {save_dir}")
     return metrics
