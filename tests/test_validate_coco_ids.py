@@ -155,3 +155,21 @@ def test_ids_without_a_json_still_come_from_the_names():
     assert validate.image_ids_for(["/d/000000000009.jpg", "/d/25.jpg"]) == [9, 25]
     assert validate.image_ids_for(["/d/cat.jpg", "/d/dog.jpg", "/d/7.jpg"]) == [0, 1, 2]  # not all numeric: positions
     assert validate.image_ids_for(["/a/1.jpg", "/b/1.jpg"]) == [0, 1]  # repeated stems: positions
+
+
+def test_json_sizes_that_differ_from_the_images_warn(tmp_path, shared, log):
+    """A JSON written for resized copies of the images: its boxes no longer fit, so the mAP would mislead."""
+    split = _split(tmp_path, shared, 4)
+    data = _coco(shared)
+    for im in data["images"]:
+        if im["file_name"] == "000000000025.jpg":
+            im["height"], im["width"] = im["height"] // 2, im["width"] // 2
+    halved = tmp_path / "halved.json"
+    halved.write_text(json.dumps(data))
+    plain = _data_yaml(tmp_path, shared, split, None, "plain.yaml")
+    code, lines = _run(tmp_path, shared, log, "ok", "--data", str(plain), "--ann-json",
+                       str(shared / "datasets/coco128/annotations/instances_train2017.json"))
+    assert code == 0 and not any("differ in size" in line for line in lines)
+    code, lines = _run(tmp_path, shared, log, "halved", "--data", str(plain), "--ann-json", str(halved))
+    warnings = [line for line in lines if "differ in size" in line]
+    assert code == 0 and len(warnings) == 1 and "1 image(s)" in warnings[0] and "000000000025.jpg" in warnings[0]

@@ -734,6 +734,7 @@ class CocoGroundTruth:
     names: list[str]
     boxes: _Boxes  # image = image id, cls = class index
     file_names: dict[int, str] = field(default_factory=dict)  # image id -> the images entry's file_name, if any
+    sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # image id -> (height, width), if given
 
     def __post_init__(self):
         self._order = np.argsort(self.boxes.image, kind="stable")  # rows grouped by image, for image()
@@ -789,6 +790,8 @@ def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
         id_list = [int(im["id"]) for im in data["images"]]
         images = np.unique(np.array(id_list, dtype=np.int64))
         file_names = {i: str(im["file_name"]) for i, im in zip(id_list, data["images"]) if im.get("file_name")}
+        sizes = {i: (int(im["height"]), int(im["width"])) for i, im in zip(id_list, data["images"])
+                 if isinstance(im.get("height"), (int, float)) and isinstance(im.get("width"), (int, float))}
         cats = sorted({int(c["id"]): str(c.get("name", c["id"])) for c in data["categories"]}.items())
         anns = data.get("annotations", [])
         category_ids = [c for c, _ in cats]
@@ -811,7 +814,7 @@ def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
     if images.size != len(id_list):
         raise MetricsError(f"{path}: its 'images' list repeats image ids (e.g. {_first_repeat(id_list)})")
     return CocoGroundTruth(Path(path), images, category_ids, [n for _, n in cats],
-                           _boxes(image, cls, xywh, area=area, crowd=crowd), file_names)
+                           _boxes(image, cls, xywh, area=area, crowd=crowd), file_names, sizes)
 
 
 def load_coco_predictions(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

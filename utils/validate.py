@@ -367,7 +367,7 @@ def run(
             warm = torch.zeros((1, 3, imgsz, imgsz), device=device, dtype=torch.float16 if half else torch.float32)
             with autocast:
                 model(warm.contiguous(memory_format=torch.channels_last) if channels_last else warm)
-        seen, totals = 0, [0.0, 0.0, 0.0]
+        seen, totals, image_hw = 0, [0.0, 0.0, 0.0], {}
         loss = torch.zeros(3, device=device)
         header = ("%22s" + "%11s" * 6) % ("Class", "Images", "Instances", "P", "R", "mAP50", "mAP50-95")
         bar = tqdm(dataloader, desc=header, bar_format="{l_bar}{bar:10}{r_bar}", disable=training and not verbose)
@@ -395,6 +395,7 @@ def run(
                     det[:, 5] = 0
                 _add_image(evaluator, id_of[paths[si]], det, targets[targets[:, 0] == si, 1:], im.shape[2:],
                            shapes[si], json_gt)
+                image_hw[paths[si]] = tuple(int(x) for x in shapes[si][0])
                 if save_txt:
                     _save_txt(det, im.shape[2:], shapes[si], save_conf, txt_of[paths[si]])
             if plots and batch_i < 3:
@@ -404,6 +405,8 @@ def run(
     finally:
         model.train(was_training)
 
+    if json_gt is not None:
+        _check_json_sizes(ann_json, json_gt[0], image_hw, id_of)
     metrics = evaluator.evaluate(confusion=plots)
     _print_table(metrics, seen, verbose, training)
     speed = tuple(t / max(seen, 1) * 1e3 for t in totals)
@@ -429,6 +432,17 @@ def run(
                                                        else ""))
     losses = (loss.cpu() / max(len(dataloader), 1)).tolist()
     return (metrics.mp, metrics.mr, metrics.map50, metrics.map, *losses), metrics.maps, speed
+
+
+def _check_json_sizes(ann_json: str, gt: CocoGroundTruth, image_hw: dict[str, tuple[int, int]],
+                      id_of: dict[str, int]) -> None:
+    """Warn when the JSON's height/width differ from the images': its boxes then describe other (resized) images."""
+    differ = [f for f, hw in image_hw.items() if gt.sizes.get(id_of[f], hw) != hw]
+    if differ:
+        f = differ[0]
+        (h, w), (jh, jw) = image_hw[f], gt.sizes[id_of[f]]
+        LOGGER.warning(f"WARNING: {len(differ)} image(s) differ in size from {ann_json}, e.g. {f} is {w}x{h} but "
+                       f"{jw}x{jh} there: its boxes may be for other (e.g. resized) images, and the mAP meaningless")
 
 
 def _add_image(evaluator: CocoEvaluator, image_id: int, det: torch.Tensor, labels: torch.Tensor,
