@@ -391,7 +391,7 @@ def _log_summary(out: DetectRun, shapes: list[tuple[int, ...]], save_txt: bool, 
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (YOLOv5 detect.py flags, plus --bf16)."""
-    parser = Parser(description="YOLOv5 object detection on images, videos and streams")
+    parser = Parser(prog="detect.py", description="YOLOv5 object detection on images, videos and streams")
     parser.add_argument("--weights", nargs="+", type=str, default=["yolov5s.pt"],
                         help="model path; official names (yolov5s.pt ...) are downloaded into weights/")
     parser.add_argument("--source", type=str, default="data/images",

@@ -117,6 +117,13 @@ def test_out_of_range_flags_are_refused_at_parsing(shared, tmp_path, capsys, fla
     assert not (tmp_path / "runs").exists()
 
 
+def test_three_image_sizes_is_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        detect.parse_opt(["--img-size", "320", "320", "3"])
+    err = capsys.readouterr().err.strip()
+    assert info.value.code == 2 and err == "ERROR: --img-size takes one or two values, got 3 (see detect.py --help)"
+
+
 @pytest.mark.parametrize("value", ["-4", "40000"])
 def test_line_thickness_out_of_range_is_one_line_not_a_crash(shared, tmp_path, value):
     # -4 used to kill Python inside OpenCV (exit 139) and 40000 was a cv2 traceback: a subprocess survives both.

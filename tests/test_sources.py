@@ -325,3 +325,10 @@ def test_image_too_thin_to_letterbox_is_skipped(tmp_path, log):
     assert [Path(p).name for p, *_ in loader] == ["ok.png"] and [Path(p).name for p in loader.skipped] == ["line.png"]
     assert f"WARNING: skipping {tmp_path / 'line.png'}: 1x4000 pixels is too thin to resize to --img-size 64x64" \
         in log.messages
+
+
+def test_list_saved_with_a_bom(tmp_path):
+    image = _write(tmp_path / "a.jpg", _photo())
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{image}\n", encoding="utf-8-sig")  # as Windows Notepad saves UTF-8
+    assert [p for p, *_ in load_sources(listing, 64)] == [str(image)]
