@@ -13,6 +13,8 @@ P and R are YOLOv5's, at the confidence of maximal mean F1.
 import argparse
 import sys
 
+import torch
+
 from utils.checkpoint import CheckpointError
 from utils.cli import Parser, float_in, int_in
 from utils.datasets import DatasetError
@@ -72,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         run(**args)
     except (TestError, DatasetError, CheckpointError, DownloadError, DeviceError, MetricsError, OSError) as e:
         LOGGER.error(f"ERROR: {one_line(e)}")
+        return 1
+    except (torch.OutOfMemoryError, MemoryError) as e:  # torch's message spans lines of allocator statistics
+        first = str(e).strip().split(".")[0] or e.__class__.__name__
+        LOGGER.error(f"ERROR: out of memory ({one_line(first)}): try a smaller --batch-size or --img-size")
         return 1
     except KeyboardInterrupt:
         LOGGER.error("Interrupted")

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package
@@ -139,3 +140,27 @@ def test_missing_test_split(tmp_path, shared, log):
     errors = [line for line in lines if line.startswith("ERROR")]
     assert code == 1 and len(errors) == 1 and "no 'test' split" in errors[0]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.\nOf the "
+                                                          "allocated memory 3 GiB is allocated by PyTorch"),
+                                   MemoryError()])
+def test_out_of_memory_is_one_line(monkeypatch, tmp_path, log, error):
+    def no_memory(**kwargs):
+        raise error
+
+    monkeypatch.setattr(yolo_test, "run", no_memory)
+    code = yolo_test.main(["--data", str(tmp_path / "d.yaml"), "--weights", "w.pt"])
+    errors = [m for m in log.messages if m.startswith("ERROR")]
+    assert code == 1 and len(errors) == 1 and "\n" not in errors[0] and "--batch-size" in errors[0], errors
+
+
+def test_annotations_with_a_non_finite_box(tmp_path, shared, log):
+    data = json.loads((shared / "datasets/coco128/annotations/instances_train2017.json").read_text())
+    data["annotations"][5]["bbox"][2] = float("nan")
+    (tmp_path / "nan.json").write_text(json.dumps(data))
+    code, lines = _main(tmp_path, log, "--data", str(_tiny(tmp_path, shared, corrupt=False)), "--weights",
+                        str(shared / "weights/yolov5n.pt"), "--ann-json", str(tmp_path / "nan.json"), "--project",
+                        str(tmp_path / "runs"))
+    errors = [line for line in lines if line.startswith("ERROR")]
+    assert code == 1 and len(errors) == 1 and "annotation 5 has a non-finite bbox" in errors[0], lines[-3:]
