@@ -233,6 +233,8 @@ class _Outputs:
             h, w = image.shape[:2]
             self.writer = cv2.VideoWriter(str(save_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
             self.writer_path = str(save_path)
+            if not self.writer.isOpened():  # no mp4v encoder in this OpenCV build, or an unwritable folder
+                LOGGER.warning("WARNING: cannot write video %s; its frames are not saved", save_path)
         self.writer.write(image)
 
     def close(self) -> None:

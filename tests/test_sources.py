@@ -332,3 +332,8 @@ def test_list_saved_with_a_bom(tmp_path):
     listing = tmp_path / "list.txt"
     listing.write_text(f"{image}\n", encoding="utf-8-sig")  # as Windows Notepad saves UTF-8
     assert [p for p, *_ in load_sources(listing, 64)] == [str(image)]
+
+
+def test_device_file_is_not_read():
+    with pytest.raises(SourceError, match="/dev/null is not a regular file or folder"):
+        load_sources("/dev/null", 64)

@@ -170,6 +170,8 @@ def _expand(source: str) -> list[str]:
             return [str(path)]
     except OSError as e:  # e.g. a name longer than the file system allows
         raise SourceError(f"cannot read source {_short(source)}: {e.strerror or e}") from None
+    if path.exists():  # a device, FIFO or socket: reading it could block or never end
+        raise SourceError(f"source {_short(source)} is not a regular file or folder")
     if any(c in source for c in "*?["):
         matches = sorted(glob.glob(str(path), recursive=True))
         if not matches:
