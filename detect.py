@@ -150,6 +150,7 @@ class OutputNames:
     def __init__(self):
         self.images: set[str] = set()  # casefolded stems, so names stay unique on case-insensitive file systems
         self.videos: set[str] = set()
+        self.tried: dict[str, int] = {}  # last suffix tried per stem: thousands of '0001.jpg' stay linear
 
     def _free(self, stem: str, video: bool) -> bool:
         key = stem.casefold()
@@ -163,10 +164,13 @@ class OutputNames:
     def claim(self, path: str, video: bool = False) -> str:
         """The stem under which the outputs of the input at path are saved (call once per input)."""
         wanted = Path(path).stem.encode()[: self.MAX_BYTES].decode(errors="ignore") or "input"
-        stem, n = wanted, 1
+        stem, n = wanted, self.tried.get(wanted.casefold(), 1)
+        if n > 1:
+            stem = f"{wanted}_{n}"
         while not self._free(stem, video):
             n += 1
             stem = f"{wanted}_{n}"
+        self.tried[wanted.casefold()] = n
         (self.videos if video else self.images).add(stem.casefold())
         if stem != Path(path).stem:
             why = "an earlier input has the same name" if stem != wanted else "its name is too long"
