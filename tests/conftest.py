@@ -1,6 +1,7 @@
 """Shared test fixtures: the read-only data folder beside the repository, single-threaded torch, log capture."""
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,18 @@ def shared() -> Path:
     if not (SHARED / "weights" / "yolov5n.pt").is_file():
         pytest.skip(f"shared test data not found at {SHARED}")
     return SHARED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def label_cache_in_tmp(tmp_path_factory):
+    """Label caches go to a temporary folder, so no test writes into a dataset folder (../shared included)."""
+    previous = os.environ.get("YOLO_CACHE_DIR")
+    os.environ["YOLO_CACHE_DIR"] = str(tmp_path_factory.mktemp("label_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("YOLO_CACHE_DIR", None)
+    else:
+        os.environ["YOLO_CACHE_DIR"] = previous
 
 
 @pytest.fixture(scope="session", autouse=True)
