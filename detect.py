@@ -187,6 +187,7 @@ class _Outputs:
         self.save_img, self.save_txt, self.save_conf, self.save_crop = save_img, save_txt, save_conf, save_crop
         self.view_img, self.line_thickness = view_img, line_thickness
         self.hide_labels, self.hide_conf = hide_labels, hide_conf
+        self.writes = save_img or save_txt or save_crop  # whether any file is written per input
         self.writer: cv2.VideoWriter | None = None
         self.writer_path = ""
         if save_txt:
@@ -358,7 +359,10 @@ def run(
                     shapes.append(tuple(x.shape))
                 video = getattr(dataset, "mode", "image") != "image"
                 if getattr(dataset, "index", 0) != current or not video:  # a new input (the same file may recur)
-                    current, stem, frame = getattr(dataset, "index", 0), stems.claim(path, video), 0
+                    # Names are claimed only when files are written: a --nosave run (a benchmark repeating one
+                    # image, say) has nothing to keep apart and nothing to warn about.
+                    stem = stems.claim(path, video) if outputs.writes else Path(path).stem
+                    current, frame = getattr(dataset, "index", 0), 0
                 frame = frame + 1 if video else 0  # images are frame 0; videos and streams count frames from 1
                 counts = Counter(int(c) for c in det[:, 5].tolist())
                 LOGGER.info("%s%dx%d %s%.1fms", log, *x.shape[2:], _summary(counts, names), (t2 - t1) * 1e3)

@@ -57,6 +57,13 @@ def test_same_stem_inputs_keep_their_outputs(shared, tmp_path, log):
     assert len(warnings) == 3 and all("\n" not in w for w in warnings)
 
 
+def test_repeated_input_without_saving_is_quiet(shared, tmp_path, log):
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{shared / 'images' / 'bus.jpg'}\n" * 3)  # as benchmarks/run.py times one image
+    out = _run(shared, listing, tmp_path, nosave=True)
+    assert len(out.results) == 3 and not any(m.startswith("WARNING") for m in log.messages)
+
+
 def test_same_stem_from_a_glob(shared, tmp_path):
     for folder, name in (("a", "bus.jpg"), ("b", "zidane.jpg")):
         (tmp_path / folder).mkdir()
