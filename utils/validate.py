@@ -85,7 +85,7 @@ def _match_file(file: Path, by_name: dict, known: set[int], ann_json: Path) -> i
     if file.stem.isdigit() and int(file.stem) in known:
         return int(file.stem)
     raise TestError(f"{ann_json} has no image for {file} (no file_name {file.name!r}, no image id "
-                    f"{file.stem if file.stem.isdigit() else 'from its name'})")
+                    f"{int(file.stem) if file.stem.isdigit() else 'from its name'})")
 
 
 def coco_category_ids(names: list[str]) -> list[int] | None:
