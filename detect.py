@@ -139,6 +139,12 @@ def output_stem(stem: str, frame: int = 0) -> str:
     return stem if frame == 0 else f"{stem}_{frame}"
 
 
+def crop_folder(name: str, cls: int) -> str:
+    """A class name usable as one folder under crops/: path separators replaced, '', '.' and '..' named by id."""
+    folder = str(name).replace("/", "_").replace("\\", "_").strip()
+    return folder if folder.strip(".") else f"class{cls}"
+
+
 class OutputNames:
     """A unique output stem per input, so inputs with the same stem never overwrite each other's outputs.
 
@@ -188,6 +194,8 @@ class _Outputs:
         self.view_img, self.line_thickness = view_img, line_thickness
         self.hide_labels, self.hide_conf = hide_labels, hide_conf
         self.writes = save_img or save_txt or save_crop  # whether any file is written per input
+        self.names_taken = OutputNames()
+        self.input_index, self.stem, self.frame = -1, "", 0  # the input being handled
         self.writer: cv2.VideoWriter | None = None
         self.writer_path = ""
         if save_txt:
@@ -195,6 +203,17 @@ class _Outputs:
         if view_img and not _display_available():
             LOGGER.warning("WARNING: --view-img needs a display, none is available here; not showing images")
             self.view_img = False
+
+    def locate(self, path: str, index: int, mode: str) -> tuple[str, int]:
+        """(output stem, frame number) of the next image or frame: a new stem per input, frames counted from 1."""
+        video = mode != "image"
+        if index != self.input_index or not video:  # a new input (the same file may come again, under a new name)
+            # Names are claimed only when files are written: a --nosave run (a benchmark repeating one image,
+            # say) has nothing to keep apart and nothing to warn about.
+            self.stem = self.names_taken.claim(path, video) if self.writes else Path(path).stem
+            self.input_index, self.frame = index, 0
+        self.frame = self.frame + 1 if video else 0  # images are frame 0
+        return self.stem, self.frame
 
     def handle(self, stem: str, path: str, frame: int, im0: np.ndarray, det: torch.Tensor, cap, fps: float) -> bool:
         """Write labels, crops and the annotated image or frame under the input's unique stem (OutputNames);
@@ -212,7 +231,7 @@ class _Outputs:
                 label = "" if self.hide_labels else (cls_name if self.hide_conf else f"{cls_name} {conf:.2f}")
                 annotator.box_label(xyxy, label, color=colors(c, bgr=True))
             if self.save_crop:
-                save_one_box(xyxy, crop_source, file=self.save_dir / "crops" / cls_name / f"{name}.jpg")
+                save_one_box(xyxy, crop_source, file=self.save_dir / "crops" / crop_folder(cls_name, c) / f"{name}.jpg")
         annotated = annotator.result()
         if self.save_img:
             if frame == 0:
@@ -332,9 +351,11 @@ def run(
     def preprocess(im: np.ndarray) -> torch.Tensor:
         return _preprocess(im, device, half, channels_last)
 
+    def nms(pred: torch.Tensor) -> torch.Tensor:
+        return non_max_suppression(pred, conf_thres, iou_thres, classes, agnostic_nms, max_det=max_det)[0]
+
     totals = [0.0, 0.0, 0.0]  # seconds: pre-process, inference, NMS
     shapes: list[tuple[int, ...]] = []  # distinct input tensor shapes, for the speed line
-    stems, current, stem, frame = OutputNames(), None, "", 0
     try:
         with torch.inference_mode(), autocast:
             for path, im, im0, cap, log in dataset:
@@ -342,31 +363,17 @@ def run(
                     # Speed honesty: one untimed pass (pre-process, forward, NMS) on zeros of the first image's
                     # shape pays the one-off costs (kernel selection, first allocations, grid caches) so that
                     # they are not counted; every real image is then timed.
-                    non_max_suppression(model(preprocess(np.zeros_like(im)))[0].float(), conf_thres, iou_thres)
-                t0 = time_sync(device)
-                x = preprocess(im)
-                t1 = time_sync(device)
-                pred = model(x)[0].float()
-                t2 = time_sync(device)
-                det = non_max_suppression(pred, conf_thres, iou_thres, classes, agnostic_nms, max_det=max_det)[0]
-                t3 = time_sync(device)
-                for k, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
-                    totals[k] += dt
-
+                    nms(model(preprocess(np.zeros_like(im)))[0].float())
+                x, det, times = _timed_inference(model, preprocess, nms, im, device)
+                totals = [t + dt for t, dt in zip(totals, times)]
                 det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], im0.shape).round()
                 det = det.cpu()
                 if tuple(x.shape) not in shapes:
                     shapes.append(tuple(x.shape))
-                video = getattr(dataset, "mode", "image") != "image"
-                if getattr(dataset, "index", 0) != current or not video:  # a new input (the same file may recur)
-                    # Names are claimed only when files are written: a --nosave run (a benchmark repeating one
-                    # image, say) has nothing to keep apart and nothing to warn about.
-                    stem = stems.claim(path, video) if outputs.writes else Path(path).stem
-                    current, frame = getattr(dataset, "index", 0), 0
-                frame = frame + 1 if video else 0  # images are frame 0; videos and streams count frames from 1
+                stem, frame = outputs.locate(path, getattr(dataset, "index", 0), getattr(dataset, "mode", "image"))
                 counts = Counter(int(c) for c in det[:, 5].tolist())
-                LOGGER.info("%s%dx%d %s%.1fms", log, *x.shape[2:], _summary(counts, names), (t2 - t1) * 1e3)
-                out.results.append(ImageResult(path, frame, im0.shape[:2], det.numpy(), (t2 - t1) * 1e3))
+                LOGGER.info("%s%dx%d %s%.1fms", log, *x.shape[2:], _summary(counts, names), times[1] * 1e3)
+                out.results.append(ImageResult(path, frame, im0.shape[:2], det.numpy(), times[1] * 1e3))
                 if not outputs.handle(stem, path, frame, im0, det, cap, getattr(dataset, "fps", 30.0)):
                     break
     finally:
@@ -377,6 +384,18 @@ def run(
         out.speed_ms = tuple(t / len(out.results) * 1e3 for t in totals)
         _log_summary(out, shapes, save_txt, not nosave)
     return out
+
+
+def _timed_inference(model, preprocess, nms, im: np.ndarray, device: torch.device):
+    """(input tensor, detections, [pre-process, inference, NMS] seconds) for one letterboxed image."""
+    t0 = time_sync(device)
+    x = preprocess(im)
+    t1 = time_sync(device)
+    pred = model(x)[0].float()
+    t2 = time_sync(device)
+    det = nms(pred)
+    t3 = time_sync(device)
+    return x, det, [t1 - t0, t2 - t1, t3 - t2]
 
 
 def _preprocess(im: np.ndarray, device: torch.device, half: bool, channels_last: bool) -> torch.Tensor:

@@ -100,6 +100,12 @@ def test_output_names_unit():
     assert len(names.claim(f"{long}.jpg").encode()) <= 200
 
 
+def test_crop_folders_stay_inside_crops():
+    assert detect.crop_folder("person", 0) == "person" and detect.crop_folder("traffic light", 9) == "traffic light"
+    assert detect.crop_folder("cat/dog", 3) == "cat_dog" and detect.crop_folder("..\\x", 4) == ".._x"
+    assert [detect.crop_folder(n, 7) for n in ("", "..", ".", " ")] == ["class7"] * 4
+
+
 # --- item 5: option ranges, at parse time and in run() -------------------------------------------------------
 
 
