@@ -90,6 +90,23 @@ def test_video_frame_labels_do_not_collide_with_an_image(shared, tmp_path):
     assert (out.save_dir / "clip_1.jpg").is_file() and (out.save_dir / "clip_2.mp4").is_file()
 
 
+def test_same_video_twice_keeps_both_videos(shared, tmp_path):
+    frame = cv2.resize(cv2.imread(str(shared / "images" / "bus.jpg")), (240, 320))
+    writer = cv2.VideoWriter(str(tmp_path / "clip.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 5, (240, 320))
+    for _ in range(2):
+        writer.write(frame)
+    writer.release()
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{tmp_path / 'clip.avi'}\n" * 2)
+    out = _run(shared, listing, tmp_path, save_txt=True)
+    assert [r.frame for r in out.results] == [1, 2, 1, 2]  # frames counted per input, not per path
+    labels = sorted(p.name for p in (out.save_dir / "labels").iterdir())
+    assert labels == ["clip_1.txt", "clip_2.txt", "clip_2_1.txt", "clip_2_2.txt"]
+    for video in ("clip.mp4", "clip_2.mp4"):
+        saved = cv2.VideoCapture(str(out.save_dir / video))
+        assert saved.isOpened() and int(saved.get(cv2.CAP_PROP_FRAME_COUNT)) == 2
+
+
 def test_output_names_unit():
     names = detect.OutputNames()
     assert [names.claim(p) for p in ("a/x.jpg", "b/x.jpg", "b/X.png", "x_2.jpg")] == ["x", "x_2", "X_3", "x_2_2"]
