@@ -311,9 +311,11 @@ def train_cases(tmp: Path) -> list[Case]:
     negative = json.loads(json.dumps(cfg))
     negative["backbone"][0][3][0] = -64
     _write_yaml(tmp / "cfg_negative.yaml", negative)
-    crafted = tmp / "crafted_last.pt"
-    torch.save({"format": "yolo-checkpoint-v1", "train_args": "oops", "model": {}, "yaml": cfg, "names": ["a"],
-                "optimizer": {}, "train_model": {}}, crafted)
+    crafted = tmp / "crafted_last.pt"  # a loadable model whose training options are not a mapping
+    ours = load_checkpoint(WEIGHTS)
+    resume_state = {"epoch": 0, "best_fitness": 0.0, "ema_updates": 0, "optimizer": {"state": {}, "param_groups": []},
+                    "train_model": ours["model"]}
+    torch.save({**ours, **resume_state, "train_args": "oops"}, crafted)
     scratch = ["--weights", "", "--cfg", "yolov5n.yaml"]
     return [
         Case("train --batch-size -1", ["train.py", *base, *scratch, "--batch-size", "-1"], "error"),
