@@ -33,6 +33,14 @@ def label_cache_in_tmp(tmp_path_factory):
         os.environ["YOLO_CACHE_DIR"] = previous
 
 
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    """A per-test label-cache folder ($YOLO_CACHE_DIR): nothing is written beside any dataset."""
+    folder = tmp_path / "yolo-cache"
+    monkeypatch.setenv("YOLO_CACHE_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """One intra-op thread: test tensors are small, and two threads competing with data-loader workers (or

@@ -21,13 +21,7 @@ from utils.datasets import (
     load_hyp,
 )
 
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    """Fallback label caches go to a temporary folder, never to ~/.cache."""
-    folder = tmp_path / "yolo-cache"
-    monkeypatch.setenv("YOLO_CACHE_DIR", str(folder))
-    return folder
+pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder
 
 
 def make_dataset(root: Path, images: dict, labels: dict, split: str = "train") -> Path:

@@ -15,33 +15,13 @@ import cv2
 import numpy as np
 import pytest
 import yaml
+from test_datasets import grey, make_dataset
 
 import test as test_cli
 from utils import datasets
 from utils.datasets import DatasetError, LoadImagesAndLabels, create_dataloader, load_data_config, load_hyp
 
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    """Label caches go to a temporary folder only: nothing is written beside any dataset (see label_cache_paths)."""
-    folder = tmp_path / "yolo-cache"
-    monkeypatch.setenv("YOLO_CACHE_DIR", str(folder))
-    return folder
-
-
-def make_dataset(root: Path, images: dict, labels: dict, split: str = "train") -> Path:
-    """Write images {name.ext: array} and label texts {stem: str} in YOLO layout; returns the images folder."""
-    (root / "images" / split).mkdir(parents=True, exist_ok=True)
-    (root / "labels" / split).mkdir(parents=True, exist_ok=True)
-    for name, im in images.items():
-        assert cv2.imwrite(str(root / "images" / split / name), im)
-    for stem, text in labels.items():
-        (root / "labels" / split / f"{stem}.txt").write_text(text)
-    return root / "images" / split
-
-
-def grey(h: int = 48, w: int = 64) -> np.ndarray:
-    return np.full((h, w, 3), 90, np.uint8)
+pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder
 
 
 def write_yaml(path: Path, data: dict) -> Path:
