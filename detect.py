@@ -21,19 +21,20 @@ import numpy as np
 import torch
 
 from models import load_model
+from models.checkpoint import CheckpointError
 from utils.augment import check_img_size as _check_img_size
 from utils.boxes import non_max_suppression, scale_boxes, xyxy2xywh
-from utils.checkpoint import CheckpointError
-from utils.cli import Parser, float_in, int_in
-from utils.downloads import DownloadError, attempt_download_weights
+from utils.cli import Parser, float_in, int_in, run_cli
+from utils.downloads import attempt_download_weights
+from utils.errors import YoloError
 from utils.files import increment_path
-from utils.log import LOGGER, one_line
+from utils.log import LOGGER
 from utils.plots import Annotator, colors, imwrite, save_one_box
-from utils.sources import SourceError, load_sources
-from utils.torch_utils import DeviceError, prepare_for_inference, select_device, time_sync
+from utils.sources import load_sources
+from utils.torch_utils import prepare_for_inference, select_device, time_sync
 
 
-class DetectError(Exception):
+class DetectError(YoloError):
     """An option detect cannot run with (out of range, a class the model lacks, no output folder); one line."""
 
 
@@ -460,21 +461,13 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run detection from the command line; 0 when at least one image or frame was processed."""
     opt = parse_opt(argv)
-    try:
-        out = run(**vars(opt))
-    except (DetectError, CheckpointError, DownloadError, SourceError, DeviceError) as e:
-        LOGGER.error("ERROR: %s", one_line(e))
-        return 1
-    except OSError as e:  # e.g. an unwritable --project folder
-        LOGGER.error("ERROR: %s", one_line(e))
-        return 1
-    except KeyboardInterrupt:
-        LOGGER.error("Interrupted")
-        return 130
-    if not out.results:
-        LOGGER.error("ERROR: no image or frame of %s could be read", opt.source)
-        return 1
-    return 0
+    return run_cli(lambda: _command(opt))
+
+
+def _command(opt: argparse.Namespace) -> None:
+    """Run detection; an error when no image or frame could be read."""
+    if not run(**vars(opt)).results:
+        raise DetectError(f"no image or frame of {opt.source} could be read")
 
 
 if __name__ == "__main__":

@@ -13,15 +13,7 @@ P and R are YOLOv5's, at the confidence of maximal mean F1.
 import argparse
 import sys
 
-import torch
-
-from utils.checkpoint import CheckpointError
-from utils.cli import Parser, float_in, int_in
-from utils.datasets import DatasetError
-from utils.downloads import DownloadError
-from utils.log import LOGGER, one_line
-from utils.metrics import MetricsError
-from utils.torch_utils import DeviceError
+from utils.cli import Parser, float_in, int_in, run_cli
 from utils.validate import TASKS, TestError, run, score_files
 
 __all__ = ["main", "parse_opt", "run", "score_files"]
@@ -64,25 +56,17 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Validate from the command line; 0 on success, 1 with a one-line error otherwise."""
     opt = parse_opt(argv)
-    try:
-        if opt.pred_json:
-            if not opt.ann_json:
-                raise TestError("--pred-json needs --ann-json, the COCO annotations to score it against")
-            score_files(opt.ann_json, opt.pred_json, opt.project, opt.name, opt.exist_ok)
-            return 0
-        args = {k: v for k, v in vars(opt).items() if k != "pred_json"}
-        run(**args)
-    except (TestError, DatasetError, CheckpointError, DownloadError, DeviceError, MetricsError, OSError) as e:
-        LOGGER.error(f"ERROR: {one_line(e)}")
-        return 1
-    except (torch.OutOfMemoryError, MemoryError) as e:  # torch's message spans lines of allocator statistics
-        first = str(e).strip().split(".")[0] or e.__class__.__name__
-        LOGGER.error(f"ERROR: out of memory ({one_line(first)}): try a smaller --batch-size or --img-size")
-        return 1
-    except KeyboardInterrupt:
-        LOGGER.error("Interrupted")
-        return 130
-    return 0
+    return run_cli(lambda: _command(opt))
+
+
+def _command(opt: argparse.Namespace) -> None:
+    """Score a results file (--pred-json) or validate the weights."""
+    if opt.pred_json:
+        if not opt.ann_json:
+            raise TestError("--pred-json needs --ann-json, the COCO annotations to score it against")
+        score_files(opt.ann_json, opt.pred_json, opt.project, opt.name, opt.exist_ok)
+        return
+    run(**{k: v for k, v in vars(opt).items() if k != "pred_json"})
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ Usage:
 
 
 import argparse
-import errno
 import math
 import sys
 from datetime import timedelta
@@ -18,17 +17,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from utils.checkpoint import (
-    CheckpointError,
+from models.checkpoint import (
     load_checkpoint,
 )
-from utils.cli import Parser, float_in, int_in
-from utils.datasets import HYP_KEYS, DatasetError, load_hyp
-from utils.downloads import DownloadError
+from utils.cli import Parser, float_in, int_in, run_cli
+from utils.datasets import HYP_KEYS, load_hyp
 from utils.files import increment_path
-from utils.log import LOGGER, one_line, set_logging
-from utils.metrics import MetricsError
-from utils.torch_utils import DeviceError, select_device
+from utils.log import LOGGER, set_logging
+from utils.torch_utils import select_device
 from utils.trainer import LOCAL_RANK, RANK, WORLD_SIZE, TrainError, train
 
 ROOT = Path(__file__).resolve().parent
@@ -257,27 +253,15 @@ def setup_run(opt: argparse.Namespace) -> tuple[dict, argparse.Namespace, torch.
     return hyp, opt, device, resume_ckpt
 
 
+def _command(opt: argparse.Namespace) -> None:
+    """Set up (options, resume, device, distributed) and train."""
+    train(*setup_run(opt))
+
+
 def main(opt: argparse.Namespace) -> int:
     """Run training from parsed options; 0 on success, 1 with a one-line error when it cannot be done."""
     try:
-        hyp, opt, device, resume_ckpt = setup_run(opt)
-        train(hyp, opt, device, resume_ckpt)
-        return 0
-    except (TrainError, DatasetError, CheckpointError, DeviceError, DownloadError, MetricsError) as e:
-        LOGGER.error(f"ERROR: {one_line(e)}")
-        return 1
-    except torch.OutOfMemoryError as e:  # the device's memory: a smaller batch or image size may fit
-        first = str(e).strip().split(". ")[0] if str(e).strip() else "no details"
-        LOGGER.error(f"ERROR: out of memory ({first}): try a smaller --batch-size or --img; saved checkpoints are "
-                     f"intact")
-        return 1
-    except OSError as e:  # e.g. a full disk while writing results: saved checkpoints are intact
-        full = "the disk is full (ENOSPC): " if e.errno == errno.ENOSPC else ""
-        LOGGER.error(f"ERROR: {full}{e.__class__.__name__}: {one_line(e)}")
-        return 1
-    except KeyboardInterrupt:
-        LOGGER.error("Training interrupted")
-        return 130
+        return run_cli(lambda: _command(opt))
     finally:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()

@@ -32,7 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from utils.checkpoint import load_checkpoint  # noqa: E402
+from models.checkpoint import load_checkpoint  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 COCO = SHARED / "datasets" / "coco128"

@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from models.checkpoint import checkpoint_dict, load_model, save_checkpoint  # noqa: E402
 from models.yolo import Model  # noqa: E402
-from utils.checkpoint import checkpoint_dict, load_model, save_checkpoint  # noqa: E402
 from utils.datasets import create_dataloader, load_data_config, load_hyp  # noqa: E402
 from utils.loss import ComputeLoss  # noqa: E402
 from utils.shapes import generate_shapes  # noqa: E402

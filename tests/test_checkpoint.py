@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from models import load_model
+from models.checkpoint import CheckpointError, checkpoint_dict, load_checkpoint, save_checkpoint
 from models.yolo import Model
-from utils.checkpoint import CheckpointError, checkpoint_dict, load_checkpoint, save_checkpoint
 
 
 class _RunsShell:

@@ -6,8 +6,8 @@ import pytest
 import torch
 import yaml
 
+from models.checkpoint import load_checkpoint
 from models.yolo import CFG_DIR, Model, count_parameters, load_cfg, parse_model
-from utils.checkpoint import load_checkpoint
 
 # Official YOLOv5 v6+ parameter counts, unfused and fused (Conv+BN folded).
 PARAMS = {

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import train
+from models.checkpoint import load_model
 from models.yolo import Model
 from utils import trainer
-from utils.checkpoint import load_model
 from utils.shapes import generate_shapes
 
 NAMES = "[circle, square, triangle, star, cross]"

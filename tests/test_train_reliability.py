@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import train
+from models.checkpoint import fp16_state_dict
 from models.yolo import Model
 from utils import trainer
-from utils.checkpoint import fp16_state_dict
 from utils.shapes import generate_shapes
 
 NAMES = "[circle, square, triangle, star, cross]"

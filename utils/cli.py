@@ -1,13 +1,19 @@
-"""Command-line checks shared by train.py, test.py and detect.py: range-checked argparse types, one-line errors.
+"""Command-line plumbing shared by train.py, test.py and detect.py: range-checked flags and one-line errors.
 
 A value out of range is refused while the arguments are parsed, with one line naming the flag and the valid
 range, e.g. ``ERROR: argument --conf-thres: must be in [0, 1], got 2.0`` (exit code 2, as argparse uses).
 """
 
 import argparse
+import errno
 import math
 import sys
 from collections.abc import Callable
+
+import torch
+
+from utils.errors import YoloError
+from utils.log import LOGGER, one_line
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,3 +60,27 @@ def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _out_of_memory(error: BaseException) -> str:
+    """torch's out-of-memory text spans lines of allocator statistics: keep its first sentence."""
+    first = str(error).strip().split(". ")[0].split("\n")[0] or error.__class__.__name__
+    return f"out of memory ({first}): try a smaller --batch-size or --img-size; saved files are intact"
+
+
+def run_cli(command: Callable[[], int | None]) -> int:
+    """Run a command's body: a bad input, an OS error or out-of-memory ends in one ERROR line and exit code 1."""
+    try:
+        return command() or 0
+    except YoloError as e:
+        message = one_line(e)
+    except (torch.OutOfMemoryError, MemoryError) as e:
+        message = _out_of_memory(e)
+    except OSError as e:  # e.g. an unwritable --project or a full disk; checkpoints are written atomically
+        full = "the disk is full (ENOSPC): " if e.errno == errno.ENOSPC else ""
+        message = f"{full}{e.__class__.__name__}: {one_line(e)}"
+    except KeyboardInterrupt:
+        LOGGER.error("Interrupted")
+        return 130
+    LOGGER.error(f"ERROR: {message}")
+    return 1

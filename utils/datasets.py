@@ -22,6 +22,7 @@ from tqdm import tqdm
 from utils.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, random_perspective
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
 from utils.downloads import DownloadError, is_url, safe_download, url_filename
+from utils.errors import YoloError
 from utils.log import LOGGER
 
 try:  # Pillow comes with matplotlib; used only to read image headers (size, EXIF) when verifying
@@ -47,7 +48,7 @@ BAR = "{l_bar}{bar:10}{r_bar}"  # tqdm layout used across the project
 cv2.setNumThreads(0)  # dataloader workers parallelise; OpenCV's own threads would oversubscribe the cores
 
 
-class DatasetError(Exception):
+class DatasetError(YoloError):
     """A dataset, data YAML or hyperparameter file that cannot be used; the message is one line."""
 
 

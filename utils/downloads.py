@@ -8,6 +8,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from utils.errors import YoloError
 from utils.log import LOGGER
 
 GITHUB_RELEASE = "https://github.com/ultralytics/yolov5/releases/download/v7.0"
@@ -16,7 +17,7 @@ RELEASE_WEIGHTS = re.compile(r"yolov5[nsmlx]6?\.pt")
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
 
 
-class DownloadError(Exception):
+class DownloadError(YoloError):
     """A download that failed (offline, not found, too small); the message is one line."""
 
 

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from utils.errors import YoloError
 from utils.log import LOGGER
 
 # Class index (0-79) -> official COCO category id (1-90, with gaps): the standard table.
@@ -53,7 +54,7 @@ MAX_DETS = (1, 10, 100)
 BOX_DECIMALS, SCORE_DECIMALS = 3, 5
 
 
-class MetricsError(Exception):
+class MetricsError(YoloError):
     """Inputs the metrics cannot use (unreadable JSON, unknown image ids); the message is one line."""
 
 

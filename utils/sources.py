@@ -17,6 +17,7 @@ import numpy as np
 
 from utils.augment import letterbox
 from utils.downloads import is_url, safe_download, url_filename
+from utils.errors import YoloError
 from utils.log import LOGGER
 
 IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
@@ -26,7 +27,7 @@ STREAM_SCHEMES = ("rtsp", "rtmp", "http", "https")
 Item = tuple[str, np.ndarray, np.ndarray, "cv2.VideoCapture | None", str]
 
 
-class SourceError(Exception):
+class SourceError(YoloError):
     """A --source that gives nothing to run on (missing, empty, unsupported); the message is one line."""
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from utils.errors import YoloError
 from utils.log import LOGGER
 
 
-class DeviceError(Exception):
+class DeviceError(YoloError):
     """A --device string that this machine cannot satisfy; the message is one line."""
 
 

@@ -25,18 +25,19 @@ from torch.nn import functional as F  # noqa: N812
 from torch.optim import lr_scheduler
 from tqdm import tqdm
 
-from models.yolo import Model
-from utils.augment import check_img_size, letterbox
-from utils.autoanchor import check_anchors
-from utils.checkpoint import (
+from models.checkpoint import (
     checkpoint_dict,
     fp16_state_dict,
     load_checkpoint,
     load_model,
     save_checkpoint,
 )
+from models.yolo import Model
+from utils.augment import check_img_size, letterbox
+from utils.autoanchor import check_anchors
 from utils.datasets import create_dataloader, load_data_config
 from utils.downloads import DownloadError, attempt_download_weights
+from utils.errors import YoloError
 from utils.log import LOGGER
 from utils.loss import ComputeLoss
 from utils.metrics import fitness
@@ -57,7 +58,7 @@ RESULT_COLUMNS = [
 RESUME_KEYS = ("optimizer", "scaler", "ema_updates", "train_model", "best_epoch")
 
 
-class TrainError(Exception):
+class TrainError(YoloError):
     """A training request that cannot be carried out; the message is one line."""
 
 def plain_args(opt: argparse.Namespace) -> dict:

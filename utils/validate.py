@@ -18,6 +18,7 @@ from utils.augment import check_img_size
 from utils.boxes import non_max_suppression, scale_boxes, xywh2xyxy, xyxy2xywh
 from utils.datasets import create_dataloader, list_image_files, load_data_config
 from utils.downloads import attempt_download_weights
+from utils.errors import YoloError
 from utils.files import increment_path
 from utils.log import LOGGER, one_line
 from utils.metrics import (
@@ -38,7 +39,7 @@ from utils.torch_utils import prepare_for_inference, select_device, time_sync
 TASKS = ("train", "val", "test", "speed")
 
 
-class TestError(Exception):
+class TestError(YoloError):
     """A validation request that cannot be carried out; the message is one line."""
 
 

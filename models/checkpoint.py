@@ -10,13 +10,12 @@ import tempfile
 import warnings
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from models.yolo import Model
+from models.yolo import Model
+from utils.errors import YoloError
 
 FORMAT = "yolo-checkpoint-v1"
 
@@ -30,7 +29,7 @@ _SAFE_NAMES = {
 _SAFE_PREFIXES_NUMPY = ("numpy.dtypes.",)
 
 
-class CheckpointError(Exception):
+class CheckpointError(YoloError):
     """A weights file that is missing, damaged, foreign or unsafe; the message is one line."""
 
 
@@ -199,10 +198,8 @@ def _shape_mismatch(model: nn.Module, state: dict[str, torch.Tensor]) -> str | N
     return None
 
 
-def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> "Model":
+def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
     """Build a float32 Model from a loaded checkpoint dict and load its weights."""
-    from models.yolo import Model  # imported here: the models package re-exports load_model from this module
-
     try:
         model = Model(ckpt["yaml"])
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError, ZeroDivisionError) as e:
@@ -226,7 +223,7 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> "Model":
     return model
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> "Model":
+def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> Model:
     """Load weights (ours or official YOLOv5 v6.0-v7.0) as an eval-mode float32 Model on device."""
     model = model_from_checkpoint(load_checkpoint(path), f"checkpoint {path}")
     if fuse:
@@ -239,7 +236,7 @@ def fp16_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: (v.half() if v.is_floating_point() else v).detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
-def checkpoint_dict(model: "Model", **extra) -> dict:
+def checkpoint_dict(model: Model, **extra) -> dict:
     """A checkpoint dict of our format: FP16 weights, config, class names and strides, plus extra fields."""
     unwrapped = model.module if hasattr(model, "module") else model
     return {
