@@ -188,8 +188,19 @@ class OutputNames:
 class _Outputs:
     """Everything run() writes or shows for one image or frame: labels, crops, annotated images, videos, windows."""
 
-    def __init__(self, save_dir: Path, names: list[str], save_img: bool, save_txt: bool, save_conf: bool,
-                 save_crop: bool, view_img: bool, line_thickness: int, hide_labels: bool, hide_conf: bool):
+    def __init__(
+        self,
+        save_dir: Path,
+        names: list[str],
+        save_img: bool,
+        save_txt: bool,
+        save_conf: bool,
+        save_crop: bool,
+        view_img: bool,
+        line_thickness: int,
+        hide_labels: bool,
+        hide_conf: bool,
+    ):
         self.save_dir, self.names = save_dir, names
         self.save_img, self.save_txt, self.save_conf, self.save_crop = save_img, save_txt, save_conf, save_crop
         self.view_img, self.line_thickness = view_img, line_thickness
@@ -294,8 +305,14 @@ def _prepare_model(weights, device: torch.device, half: bool | None, bf16: bool)
     weights_path = _resolve_weights(weights)
     model, half, autocast, channels_last = prepare_for_inference(load_model(weights_path, device), device, half, bf16)
     dtype = "float16" if half else "float32" if isinstance(autocast, contextlib.nullcontext) else "bfloat16 autocast"
-    LOGGER.info("Model %s: %d parameters, %d classes, %s %s", weights_path,
-                sum(p.numel() for p in model.parameters()), len(model.names), device, dtype)
+    LOGGER.info(
+        "Model %s: %d parameters, %d classes, %s %s",
+        weights_path,
+        sum(p.numel() for p in model.parameters()),
+        len(model.names),
+        device,
+        dtype,
+    )
     return model, half, autocast, channels_last
 
 
@@ -328,8 +345,15 @@ def run(
 
     Raises DetectError, CheckpointError, DownloadError, SourceError or DeviceError (one-line messages) on bad input.
     """
-    check_options(imgsz=imgsz, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, classes=classes,
-                  line_thickness=line_thickness, vid_stride=vid_stride)
+    check_options(
+        imgsz=imgsz,
+        conf_thres=conf_thres,
+        iou_thres=iou_thres,
+        max_det=max_det,
+        classes=classes,
+        line_thickness=line_thickness,
+        vid_stride=vid_stride,
+    )
     device = select_device(device)
     # The source is checked first, so a typo in it fails at once rather than after a weights download.
     dataset = load_sources(source, imgsz, stride=32, auto=True, vid_stride=vid_stride)
@@ -339,14 +363,14 @@ def run(
         classes = [int(c) for c in (classes if isinstance(classes, (list, tuple)) else [classes])]
     unknown = sorted({c for c in classes or [] if c >= len(names)})
     if unknown:
-        raise DetectError(f"--classes {' '.join(map(str, unknown))}: this model's class ids are in "
-                          f"[0, {len(names)})")
+        raise DetectError(f"--classes {' '.join(map(str, unknown))}: this model's class ids are in [0, {len(names)})")
     imgsz = check_img_size(imgsz, stride)
     dataset.img_size, dataset.stride = imgsz, stride  # loaders letterbox lazily, with these
 
     save_dir = _make_save_dir(project, name, exist_ok)
-    outputs = _Outputs(save_dir, names, not nosave, save_txt, save_conf, save_crop, view_img, line_thickness,
-                       hide_labels, hide_conf)
+    outputs = _Outputs(
+        save_dir, names, not nosave, save_txt, save_conf, save_crop, view_img, line_thickness, hide_labels, hide_conf
+    )
     out = DetectRun(save_dir=save_dir, names=names)
 
     def preprocess(im: np.ndarray) -> torch.Tensor:
@@ -409,8 +433,9 @@ def _preprocess(im: np.ndarray, device: torch.device, half: bool, channels_last:
 
 def _log_summary(out: DetectRun, shapes: list[tuple[int, ...]], save_txt: bool, save_img: bool) -> None:
     """The speed line (at the real input shapes) and where the results went."""
-    LOGGER.info("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at %s",
-                *out.speed_ms, _shapes_text(shapes))
+    LOGGER.info(
+        "Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at %s", *out.speed_ms, _shapes_text(shapes)
+    )
     if save_txt or save_img:
         labels = ""
         if save_txt:
@@ -422,12 +447,29 @@ def _log_summary(out: DetectRun, shapes: list[tuple[int, ...]], save_txt: bool, 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (YOLOv5 detect.py flags, plus --bf16)."""
     parser = Parser(prog="detect.py", description="YOLOv5 object detection on images, videos and streams")
-    parser.add_argument("--weights", nargs="+", type=str, default=["yolov5s.pt"],
-                        help="model path; official names (yolov5s.pt ...) are downloaded into weights/")
-    parser.add_argument("--source", type=str, default="data/images",
-                        help="file, dir, glob, .txt list, video, webcam index (0), rtsp/rtmp/http(s) stream")
-    parser.add_argument("--img-size", "--img", "--imgsz", dest="imgsz", nargs="+", type=LIMITS["imgsz"][1],
-                        default=[640], help="inference size: one value, or h w (1-8192, rounded up to the stride)")
+    parser.add_argument(
+        "--weights",
+        nargs="+",
+        type=str,
+        default=["yolov5s.pt"],
+        help="model path; official names (yolov5s.pt ...) are downloaded into weights/",
+    )
+    parser.add_argument(
+        "--source",
+        type=str,
+        default="data/images",
+        help="file, dir, glob, .txt list, video, webcam index (0), rtsp/rtmp/http(s) stream",
+    )
+    parser.add_argument(
+        "--img-size",
+        "--img",
+        "--imgsz",
+        dest="imgsz",
+        nargs="+",
+        type=LIMITS["imgsz"][1],
+        default=[640],
+        help="inference size: one value, or h w (1-8192, rounded up to the stride)",
+    )
     parser.add_argument("--conf-thres", type=LIMITS["conf_thres"][1], default=0.25, help="confidence threshold [0, 1]")
     parser.add_argument("--iou-thres", type=LIMITS["iou_thres"][1], default=0.45, help="NMS IoU threshold [0, 1]")
     parser.add_argument("--max-det", type=LIMITS["max_det"][1], default=1000, help="maximum detections per image")
@@ -437,18 +479,24 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-conf", action="store_true", help="save confidences in --save-txt labels")
     parser.add_argument("--save-crop", action="store_true", help="save cropped boxes to crops/<class>/")
     parser.add_argument("--nosave", action="store_true", help="do not save images or videos")
-    parser.add_argument("--classes", nargs="+", type=LIMITS["classes"][1],
-                        help="keep only these class ids: --classes 0, or 0 2 3")
+    parser.add_argument(
+        "--classes", nargs="+", type=LIMITS["classes"][1], help="keep only these class ids: --classes 0, or 0 2 3"
+    )
     parser.add_argument("--agnostic-nms", action="store_true", help="class-agnostic NMS")
     parser.add_argument("--project", default="runs/detect", help="save results to project/name")
     parser.add_argument("--name", default="exp", help="save results to project/name")
     parser.add_argument("--exist-ok", action="store_true", help="reuse project/name instead of incrementing it")
-    parser.add_argument("--line-thickness", default=3, type=LIMITS["line_thickness"][1],
-                        help="bounding box thickness in pixels (1-100)")
+    parser.add_argument(
+        "--line-thickness", default=3, type=LIMITS["line_thickness"][1], help="bounding box thickness in pixels (1-100)"
+    )
     parser.add_argument("--hide-labels", action="store_true", help="hide labels")
     parser.add_argument("--hide-conf", action="store_true", help="hide confidences")
-    parser.add_argument("--half", action=argparse.BooleanOptionalAction, default=None,
-                        help="FP16 inference on CUDA (default: on for GPUs with fast FP16; never on CPU)")
+    parser.add_argument(
+        "--half",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="FP16 inference on CUDA (default: on for GPUs with fast FP16; never on CPU)",
+    )
     parser.add_argument("--vid-stride", type=LIMITS["vid_stride"][1], default=1, help="video frame-rate stride")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast on CPUs with AVX512-BF16 or AMX")
     opt = parser.parse_args(argv)

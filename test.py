@@ -25,8 +25,9 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", type=str, default="coco128.yaml", help="data YAML")
     parser.add_argument("--weights", nargs="+", type=str, default=None, help="model weights (.pt)")
     parser.add_argument("--batch-size", type=int_in(1), default=32, help="batch size")
-    parser.add_argument("--img-size", "--img", "--imgsz", dest="imgsz", type=int_in(32), default=640,
-                        help="inference size (pixels)")
+    parser.add_argument(
+        "--img-size", "--img", "--imgsz", dest="imgsz", type=int_in(32), default=640, help="inference size (pixels)"
+    )
     parser.add_argument("--conf-thres", type=float_in(0, 1), default=0.001, help="confidence threshold")
     parser.add_argument("--iou-thres", type=float_in(0, 1), default=0.6, help="NMS IoU threshold")
     parser.add_argument("--max-det", type=int_in(1), default=300, help="maximum detections per image")
@@ -41,15 +42,17 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--verbose", action="store_true", help="report mAP by class")
     parser.add_argument("--save-txt", action="store_true", help="save results to *.txt")
     parser.add_argument("--save-conf", action="store_true", help="save confidences in --save-txt labels")
-    parser.add_argument("--save-json", action="store_true", help="save a COCO results JSON and check it with "
-                                                                 "pycocotools")
+    parser.add_argument(
+        "--save-json", action="store_true", help="save a COCO results JSON and check it with pycocotools"
+    )
     parser.add_argument("--project", default="runs/test", help="save to project/name")
     parser.add_argument("--name", default="exp", help="save to project/name")
     parser.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="save no plots")
     parser.add_argument("--ann-json", default=None, help="COCO annotations JSON used as ground truth")
-    parser.add_argument("--pred-json", default=None, help="with --ann-json: score this COCO results JSON "
-                                                          "(no model is run)")
+    parser.add_argument(
+        "--pred-json", default=None, help="with --ann-json: score this COCO results JSON (no model is run)"
+    )
     return parser.parse_args(argv)
 
 

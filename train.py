@@ -7,7 +7,6 @@ Usage:
     python -m torch.distributed.run --nproc_per_node 2 train.py --data coco128.yaml --weights yolov5s.pt
 """
 
-
 import argparse
 import math
 import sys
@@ -59,8 +58,9 @@ def build_parser() -> Parser:
     p.add_argument("--hyp", type=str, default=str(ROOT / "data" / "hyp.scratch.yaml"), help="hyperparameter YAML")
     p.add_argument("--epochs", type=int_in(1), default=100)
     p.add_argument("--batch-size", type=_batch_size, default=16, help="total batch size for all processes")
-    p.add_argument("--imgsz", "--img", "--img-size", type=int_in(32), default=640,
-                   help="train and val image size (pixels)")
+    p.add_argument(
+        "--imgsz", "--img", "--img-size", type=int_in(32), default=640, help="train and val image size (pixels)"
+    )
     p.add_argument("--rect", action="store_true", help="rectangular training batches")
     p.add_argument("--resume", nargs="?", const=True, default=False, help="resume the newest run, or a given last.pt")
     p.add_argument("--nosave", action="store_true", help="only save the final checkpoint")
@@ -79,13 +79,21 @@ def build_parser() -> Parser:
     p.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
     p.add_argument("--cos-lr", action="store_true", help="cosine LR schedule")
     p.add_argument("--label-smoothing", type=_smoothing, default=0.0, help="label smoothing epsilon, in [0, 1)")
-    p.add_argument("--patience", type=int_in(0), default=100,
-                   help="early stopping patience (epochs without improvement; 0 disables)")
+    p.add_argument(
+        "--patience",
+        type=int_in(0),
+        default=100,
+        help="early stopping patience (epochs without improvement; 0 disables)",
+    )
     p.add_argument("--freeze", nargs="+", type=int_in(0), default=[0], help="freeze layers: backbone=10, first3=0 1 2")
     p.add_argument("--save-period", type=int, default=-1, help="save a checkpoint every x epochs (disabled if < 1)")
     p.add_argument("--seed", type=int, default=0, help="global training seed")
-    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
-                   help="mixed precision (default: on for CUDA; on CPU --amp uses bfloat16 where supported)")
+    p.add_argument(
+        "--amp",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="mixed precision (default: on for CUDA; on CPU --amp uses bfloat16 where supported)",
+    )
     return p
 
 
@@ -99,8 +107,9 @@ def find_resume_checkpoint(resume, project: str | Path) -> Path:
     if isinstance(resume, str) and resume != "True":
         path = Path(resume)
         if path.is_dir():
-            raise TrainError(f"--resume {resume} is a folder: give the run's checkpoint, e.g. "
-                             f"{path / 'weights' / 'last.pt'}")
+            raise TrainError(
+                f"--resume {resume} is a folder: give the run's checkpoint, e.g. {path / 'weights' / 'last.pt'}"
+            )
         if not path.is_file():
             raise TrainError(f"--resume {resume}: file not found")
         return path
@@ -117,8 +126,9 @@ def resume_options(opt: argparse.Namespace) -> tuple[argparse.Namespace, dict]:
     if "train_args" not in ckpt:
         raise TrainError(f"{last} cannot be resumed: it was not written by train.py (no training options inside)")
     if "optimizer" not in ckpt or "train_model" not in ckpt:
-        raise TrainError(f"{last} cannot be resumed: its training finished and the optimizer state was stripped, "
-                         f"nothing to resume")
+        raise TrainError(
+            f"{last} cannot be resumed: its training finished and the optimizer state was stripped, nothing to resume"
+        )
     check_resume_state(ckpt, last)
     saved = saved_options(ckpt["train_args"], last)
     if ckpt["epoch"] + 1 >= saved.epochs:
@@ -135,6 +145,7 @@ def resume_options(opt: argparse.Namespace) -> tuple[argparse.Namespace, dict]:
 
 def check_resume_state(ckpt: dict, last: Path) -> None:
     """TrainError unless the resume-only entries of a checkpoint have the types train.py writes."""
+
     def whole(v) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
@@ -143,8 +154,10 @@ def check_resume_state(ckpt: dict, last: Path) -> None:
 
     checks = {
         "epoch": (whole, "a whole number >= 0"),
-        "best_fitness": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-                         "a finite number"),
+        "best_fitness": (
+            lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+            "a finite number",
+        ),
         "ema_updates": (whole, "a whole number >= 0"),
         "optimizer": (lambda v: isinstance(v, dict) and "state" in v and "param_groups" in v, "an optimizer state"),
         "train_model": (tensors, "a state dict of tensors"),
@@ -152,8 +165,10 @@ def check_resume_state(ckpt: dict, last: Path) -> None:
     for key, (ok, what) in checks.items():
         if key not in ckpt or not ok(ckpt[key]):
             found = f"a {type(ckpt[key]).__name__}" if key in ckpt else "missing"
-            raise TrainError(f"{last} cannot be resumed: its '{key}' entry must be {what} ({found}); "
-                             f"not a checkpoint written by train.py, or a damaged one")
+            raise TrainError(
+                f"{last} cannot be resumed: its '{key}' entry must be {what} ({found}); "
+                f"not a checkpoint written by train.py, or a damaged one"
+            )
 
 
 # Options a resumed run cannot do without; the others fall back to today's defaults.
@@ -186,8 +201,14 @@ def saved_options(args, last: Path) -> argparse.Namespace:
 def _saved_value_problem(action: argparse.Action, value, default) -> str | None:
     """Why a saved option's value is not one the flag accepts, or None."""
     if action.dest == "hyp" and isinstance(value, dict):
-        bad = [k for k in HYP_KEYS if k not in value or isinstance(value[k], bool)
-               or not isinstance(value[k], (int, float)) or not math.isfinite(value[k])]
+        bad = [
+            k
+            for k in HYP_KEYS
+            if k not in value
+            or isinstance(value[k], bool)
+            or not isinstance(value[k], (int, float))
+            or not math.isfinite(value[k])
+        ]
         return f"lacks a finite value for {', '.join(bad)}" if bad else None
     if value is None:
         return None if default is None else "is missing (None)"

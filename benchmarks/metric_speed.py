@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from utils.metrics import CocoEvaluator  # noqa: E402
 
 
-def synthetic_coco(n_images: int = 5000, gt_per_image: float = 7.3, dets_per_image: int = 100, nc: int = 80,
-                   seed: int = 0) -> list[dict]:
+def synthetic_coco(
+    n_images: int = 5000, gt_per_image: float = 7.3, dets_per_image: int = 100, nc: int = 80, seed: int = 0
+) -> list[dict]:
     """Per-image ground truth and detections shaped like COCO val: about 36,000 boxes on 5,000 images.
 
     Up to three detections per ground truth are jittered copies of it (mostly the right class, higher scores),
@@ -47,16 +48,18 @@ def synthetic_coco(n_images: int = 5000, gt_per_image: float = 7.3, dets_per_ima
         n_far = dets_per_image - n_near
         far_size = rng.uniform(0.02, 0.5, (n_far, 2)) * [w, h]
         far_xy = rng.uniform(0, 1, (n_far, 2)) * ([w, h] - far_size)
-        images.append({
-            "id": image_id,
-            "shape": (int(h), int(w)),
-            "gt": gt,
-            "gt_cls": gt_cls,
-            "crowd": rng.random(n) < 0.01,
-            "det": np.concatenate((near, np.concatenate((far_xy, far_xy + far_size), 1))),
-            "conf": np.concatenate((np.sqrt(rng.random(n_near)), 0.5 * rng.random(n_far) ** 2)),
-            "det_cls": np.concatenate((near_cls, rng.choice(plausible, n_far))),
-        })
+        images.append(
+            {
+                "id": image_id,
+                "shape": (int(h), int(w)),
+                "gt": gt,
+                "gt_cls": gt_cls,
+                "crowd": rng.random(n) < 0.01,
+                "det": np.concatenate((near, np.concatenate((far_xy, far_xy + far_size), 1))),
+                "conf": np.concatenate((np.sqrt(rng.random(n_near)), 0.5 * rng.random(n_far) ** 2)),
+                "det_cls": np.concatenate((near_cls, rng.choice(plausible, n_far))),
+            }
+        )
     return images
 
 
@@ -65,8 +68,16 @@ def ours(images: list[dict], nc: int = 80) -> tuple[CocoEvaluator, np.ndarray, f
     t0 = time.perf_counter()
     evaluator = CocoEvaluator([str(c) for c in range(nc)])
     for im in images:
-        evaluator.add(im["id"], im["gt"], im["gt_cls"], im["det"], im["conf"], im["det_cls"], gt_crowd=im["crowd"],
-                      shape=im["shape"])
+        evaluator.add(
+            im["id"],
+            im["gt"],
+            im["gt_cls"],
+            im["det"],
+            im["conf"],
+            im["det_cls"],
+            gt_crowd=im["crowd"],
+            shape=im["shape"],
+        )
     stats = evaluator.evaluate().stats
     return evaluator, stats, time.perf_counter() - t0
 
@@ -107,8 +118,9 @@ def run(n_images: int = 5000, dets_per_image: int = 100, seed: int = 0, verbose:
         print(f"{result['images']} images, {result['gt_boxes']} ground-truth boxes, {result['detections']} detections")
         print(f"ours (add + evaluate):                    {ours_s:7.2f} s")
         print(f"pycocotools (evaluate + accumulate):      {ref_s:7.2f} s")
-        print(f"speed-up: {result['speedup']:.1f}x   "
-              f"largest difference in the 12 numbers: {result['max_abs_diff']:.1e}")
+        print(
+            f"speed-up: {result['speedup']:.1f}x   largest difference in the 12 numbers: {result['max_abs_diff']:.1e}"
+        )
     return result
 
 

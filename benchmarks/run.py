@@ -55,13 +55,27 @@ def bench_detect(weights: dict[str, Path], image: Path, device: str, runs: int, 
     precisions += ["fp16"] if device != "cpu" else []
     for name, path in weights.items():
         for precision in precisions:
-            result = detect.run(weights=path, source=listing, imgsz=640, device=device, nosave=True,
-                                project=tmp / "detect", bf16=precision == "bf16",
-                                half=True if precision == "fp16" else False if device != "cpu" else None)
+            result = detect.run(
+                weights=path,
+                source=listing,
+                imgsz=640,
+                device=device,
+                nosave=True,
+                project=tmp / "detect",
+                bf16=precision == "bf16",
+                half=True if precision == "fp16" else False if device != "cpu" else None,
+            )
             inference = [r.inference_ms for r in result.results]
-            rows.append({"model": name, "precision": precision, "shape": list(result.results[0].shape),
-                         "preprocess_ms": round(result.speed_ms[0], 2), "inference_ms": _stats(inference),
-                         "nms_ms": round(result.speed_ms[2], 2)})
+            rows.append(
+                {
+                    "model": name,
+                    "precision": precision,
+                    "shape": list(result.results[0].shape),
+                    "preprocess_ms": round(result.speed_ms[0], 2),
+                    "inference_ms": _stats(inference),
+                    "nms_ms": round(result.speed_ms[2], 2),
+                }
+            )
     return rows
 
 
@@ -86,9 +100,28 @@ def bench_test(data: Path, weights: Path, device: str, tmp: Path, repeats: int) 
     walls, per_image = [], []
     for i in range(repeats):
         name = f"test{i}"
-        walls.append(_timed_command(["test.py", "--data", str(data), "--weights", str(weights), "--img", "640",
-                                     "--batch-size", "32", "--device", device, "--no-plots", "--project",
-                                     str(tmp), "--name", name]))
+        walls.append(
+            _timed_command(
+                [
+                    "test.py",
+                    "--data",
+                    str(data),
+                    "--weights",
+                    str(weights),
+                    "--img",
+                    "640",
+                    "--batch-size",
+                    "32",
+                    "--device",
+                    device,
+                    "--no-plots",
+                    "--project",
+                    str(tmp),
+                    "--name",
+                    name,
+                ]
+            )
+        )
         speed = json.loads((tmp / name / "results.json").read_text())["speed_ms"]
         per_image.append(sum(speed.values()))
     return {"wall_s": _stats(walls), "images_per_s": round(1000 / min(per_image), 1)}
@@ -96,9 +129,30 @@ def bench_test(data: Path, weights: Path, device: str, tmp: Path, repeats: int) 
 
 def bench_train_epoch(data: Path, weights: Path, device: str, tmp: Path) -> dict:
     """Wall time of one fine-tuning epoch on COCO128 at 320, validation included (the README command)."""
-    wall = _timed_command(["train.py", "--data", str(data), "--weights", str(weights), "--img", "320",
-                           "--batch-size", "16", "--epochs", "1", "--workers", "2", "--device", device,
-                           "--project", str(tmp), "--name", "train", "--exist-ok"])
+    wall = _timed_command(
+        [
+            "train.py",
+            "--data",
+            str(data),
+            "--weights",
+            str(weights),
+            "--img",
+            "320",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "1",
+            "--workers",
+            "2",
+            "--device",
+            device,
+            "--project",
+            str(tmp),
+            "--name",
+            "train",
+            "--exist-ok",
+        ]
+    )
     return {"wall_s": round(wall, 1)}
 
 
@@ -111,8 +165,7 @@ def bench_train_steps(data: Path, device: str, imgsz: int, batch: int, steps: in
     dev = select_device(device)
     cfg_data = load_data_config(data)
     hyp = load_hyp(REPO / "data" / "hyp.scratch.yaml")
-    loader, _ = create_dataloader(cfg_data["train"], imgsz, batch, 32, hyp=hyp, augment=True, workers=2,
-                                  shuffle=True)
+    loader, _ = create_dataloader(cfg_data["train"], imgsz, batch, 32, hyp=hyp, augment=True, workers=2, shuffle=True)
     t0, n = time.perf_counter(), 0
     batches = []
     for i, b in enumerate(loader):
@@ -135,8 +188,12 @@ def bench_train_steps(data: Path, device: str, imgsz: int, batch: int, steps: in
         optimizer.zero_grad()
         if i >= 1:  # the first step pays one-off allocation costs
             times.append(time.perf_counter() - t)
-    return {"imgsz": imgsz, "batch": batch, "train_images_per_s": round(batch / statistics.median(times), 1),
-            "loader_images_per_s": round(loader_ips, 1)}
+    return {
+        "imgsz": imgsz,
+        "batch": batch,
+        "train_images_per_s": round(batch / statistics.median(times), 1),
+        "loader_images_per_s": round(loader_ips, 1),
+    }
 
 
 def bench_metric(n_images: int) -> dict:
@@ -176,14 +233,28 @@ def bench_cuda(device: str, steps: int) -> dict:
     from utils.loss import ComputeLoss
 
     dev = select_device(device)
-    hyp = {"box": 0.05, "obj": 1.0, "cls": 0.5, "cls_pw": 1.0, "obj_pw": 1.0, "anchor_t": 4.0, "fl_gamma": 0.0,
-           "label_smoothing": 0.0}
+    hyp = {
+        "box": 0.05,
+        "obj": 1.0,
+        "cls": 0.5,
+        "cls_pw": 1.0,
+        "obj_pw": 1.0,
+        "anchor_t": 4.0,
+        "fl_gamma": 0.0,
+        "label_smoothing": 0.0,
+    }
     out = {"gpu": torch.cuda.get_device_name(dev)}
     images = torch.rand(64, 3, 640, 640, device=dev)
     g = torch.Generator().manual_seed(0)
-    targets = torch.cat((torch.arange(64).repeat_interleave(8)[:, None].float(), torch.randint(0, 80, (512, 1)).float(),
-                         torch.rand(512, 2, generator=g) * 0.8 + 0.1, torch.rand(512, 2, generator=g) * 0.3 + 0.02),
-                        1).to(dev)
+    targets = torch.cat(
+        (
+            torch.arange(64).repeat_interleave(8)[:, None].float(),
+            torch.randint(0, 80, (512, 1)).float(),
+            torch.rand(512, 2, generator=g) * 0.8 + 0.1,
+            torch.rand(512, 2, generator=g) * 0.3 + 0.02,
+        ),
+        1,
+    ).to(dev)
     for amp in (False, True):
         torch.manual_seed(0)
         model = Model("yolov5s.yaml").to(dev).train()
@@ -194,8 +265,10 @@ def bench_cuda(device: str, steps: int) -> dict:
         step = functools.partial(_amp_train_step, model, compute_loss, optimizer, scaler, images, targets, amp)
         seconds = _cuda_median_seconds(step, dev, steps)
         key = "amp" if amp else "float32"
-        out[f"train_{key}"] = {"images_per_s": round(64 / seconds, 1),
-                               "peak_memory_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)}
+        out[f"train_{key}"] = {
+            "images_per_s": round(64 / seconds, 1),
+            "peak_memory_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 2),
+        }
         del model, optimizer, compute_loss
         torch.cuda.empty_cache()
     model = Model("yolov5s.yaml").fuse().to(dev).eval()
@@ -207,8 +280,9 @@ def bench_cuda(device: str, steps: int) -> dict:
         out[f"inference_{'fp16' if half else 'float32'}"] = {"images_per_s": round(32 / seconds, 1)}
     out["amp_speedup"] = round(out["train_amp"]["images_per_s"] / out["train_float32"]["images_per_s"], 2)
     out["amp_memory_ratio"] = round(out["train_amp"]["peak_memory_gib"] / out["train_float32"]["peak_memory_gib"], 2)
-    out["fp16_inference_speedup"] = round(out["inference_fp16"]["images_per_s"]
-                                          / out["inference_float32"]["images_per_s"], 2)
+    out["fp16_inference_speedup"] = round(
+        out["inference_fp16"]["images_per_s"] / out["inference_float32"]["images_per_s"], 2
+    )
     return out
 
 
@@ -218,40 +292,58 @@ def markdown(results: dict) -> str:
     for r in results.get("detect", []):
         inf = r["inference_ms"]
         shape = f"{r['shape'][1]}x{r['shape'][0]}"
-        rows.append(f"| detect {r['model']} {r['precision']}, --img 640, batch 1 ({shape} image) | "
-                    f"{r['preprocess_ms']} ms pre-process, {inf['min']}/{inf['median']} ms inference (min/median "
-                    f"of {inf['runs']}), {r['nms_ms']} ms NMS |")
+        rows.append(
+            f"| detect {r['model']} {r['precision']}, --img 640, batch 1 ({shape} image) | "
+            f"{r['preprocess_ms']} ms pre-process, {inf['min']}/{inf['median']} ms inference (min/median "
+            f"of {inf['runs']}), {r['nms_ms']} ms NMS |"
+        )
     if "test" in results:
         t = results["test"]
-        rows.append(f"| test.py COCO128 at 640, batch 32 (whole command) | {t['wall_s']['min']} s wall (min of "
-                    f"{t['wall_s']['runs']}), {t['images_per_s']} images/s |")
+        rows.append(
+            f"| test.py COCO128 at 640, batch 32 (whole command) | {t['wall_s']['min']} s wall (min of "
+            f"{t['wall_s']['runs']}), {t['images_per_s']} images/s |"
+        )
     if "train_epoch" in results:
-        rows.append(f"| train.py 1 epoch COCO128 at 320, batch 16, with validation | "
-                    f"{results['train_epoch']['wall_s']} s wall |")
+        rows.append(
+            f"| train.py 1 epoch COCO128 at 320, batch 16, with validation | "
+            f"{results['train_epoch']['wall_s']} s wall |"
+        )
     for r in results.get("train_steps", []):
-        rows.append(f"| training yolov5n at {r['imgsz']}, batch {r['batch']} | {r['train_images_per_s']} images/s "
-                    f"(loader alone, 2 workers: {r['loader_images_per_s']} images/s) |")
+        rows.append(
+            f"| training yolov5n at {r['imgsz']}, batch {r['batch']} | {r['train_images_per_s']} images/s "
+            f"(loader alone, 2 workers: {r['loader_images_per_s']} images/s) |"
+        )
     if "metric" in results:
         m = results["metric"]
-        rows.append(f"| metric step, {m['images']} images, {m['gt_boxes']} boxes, {m['detections']} detections | "
-                    f"{m['ours_s']:.2f} s vs pycocotools evaluate+accumulate {m['pycocotools_s']:.2f} s: "
-                    f"{m['speedup']:.1f}x (max difference {m['max_abs_diff']:.1e}) |")
+        rows.append(
+            f"| metric step, {m['images']} images, {m['gt_boxes']} boxes, {m['detections']} detections | "
+            f"{m['ours_s']:.2f} s vs pycocotools evaluate+accumulate {m['pycocotools_s']:.2f} s: "
+            f"{m['speedup']:.1f}x (max difference {m['max_abs_diff']:.1e}) |"
+        )
     if "cuda" in results:
         c = results["cuda"]
-        rows.append(f"| {c['gpu']} yolov5s 640 training batch 64 | float32 {c['train_float32']['images_per_s']} "
-                    f"img/s, {c['train_float32']['peak_memory_gib']} GiB; AMP {c['train_amp']['images_per_s']} img/s, "
-                    f"{c['train_amp']['peak_memory_gib']} GiB ({c['amp_speedup']}x speed, {c['amp_memory_ratio']}x "
-                    "memory) |")
-        rows.append(f"| {c['gpu']} yolov5s 640 inference batch 32 | float32 "
-                    f"{c['inference_float32']['images_per_s']} img/s, FP16 {c['inference_fp16']['images_per_s']} "
-                    f"img/s ({c['fp16_inference_speedup']}x) |")
+        rows.append(
+            f"| {c['gpu']} yolov5s 640 training batch 64 | float32 {c['train_float32']['images_per_s']} "
+            f"img/s, {c['train_float32']['peak_memory_gib']} GiB; AMP {c['train_amp']['images_per_s']} img/s, "
+            f"{c['train_amp']['peak_memory_gib']} GiB ({c['amp_speedup']}x speed, {c['amp_memory_ratio']}x "
+            "memory) |"
+        )
+        rows.append(
+            f"| {c['gpu']} yolov5s 640 inference batch 32 | float32 "
+            f"{c['inference_float32']['images_per_s']} img/s, FP16 {c['inference_fp16']['images_per_s']} "
+            f"img/s ({c['fp16_inference_speedup']}x) |"
+        )
     return "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", default=["detect", "test", "train", "metric", "cuda"],
-                        choices=["detect", "test", "train", "metric", "cuda"])
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=["detect", "test", "train", "metric", "cuda"],
+        choices=["detect", "test", "train", "metric", "cuda"],
+    )
     parser.add_argument("--device", default="cpu", help="cpu, or a CUDA index for the GPU figures")
     parser.add_argument("--weights", type=Path, default=SHARED / "weights" / "yolov5n.pt")
     parser.add_argument("--coco128", type=Path, default=SHARED / "datasets" / "coco128")
@@ -265,8 +357,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ERROR: {needed} not found (pass --weights, --coco128 or --image)")
             return 1
     cuda = opt.device != "cpu" and torch.cuda.is_available()
-    results = {"machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-                          f"torch {torch.__version__}" + (f", {torch.cuda.get_device_name(0)}" if cuda else "")}
+    results = {
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
+        f"torch {torch.__version__}" + (f", {torch.cuda.get_device_name(0)}" if cuda else "")
+    }
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         data = _coco128_yaml(opt.coco128, tmp)

@@ -22,9 +22,15 @@ FORMAT = "yolo-checkpoint-v1"
 # Globals an official YOLOv5 checkpoint may name. They are never imported: each becomes a _Record.
 _SAFE_PREFIXES = ("models.", "torch.nn.modules.", "utils.")
 _SAFE_NAMES = {
-    "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
-    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar",
-    "numpy.ndarray", "numpy.dtype", "argparse.Namespace", "pathlib.PosixPath", "pathlib.WindowsPath",
+    "numpy.core.multiarray._reconstruct",
+    "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray.scalar",
+    "numpy._core.multiarray.scalar",
+    "numpy.ndarray",
+    "numpy.dtype",
+    "argparse.Namespace",
+    "pathlib.PosixPath",
+    "pathlib.WindowsPath",
 }
 _SAFE_PREFIXES_NUMPY = ("numpy.dtypes.",)
 
@@ -58,16 +64,21 @@ def _torch_reason(e: Exception) -> str:
     text = str(e)
     if "WeightsUnpickler error:" in text:  # the weights-only unpickler's verdict, after paragraphs of advice
         text = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n\n")[0]
-    lines = [line.strip() for line in text.splitlines() if line.strip() and "weights_only" not in line.lower()
-             and "weights only" not in line.lower()]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and "weights_only" not in line.lower() and "weights only" not in line.lower()
+    ]
     reason = lines[0] if lines else ""
     reason = reason.split(" This is an internal miniz error")[0]  # keep the cause, not the speculation after it
     return f"{e.__class__.__name__}: {reason}" if reason else e.__class__.__name__
 
 
 def _refused(path: Path, e: Exception) -> CheckpointError:
-    return CheckpointError(f"refused to load {path}: it could not be read as a PyTorch checkpoint (a plain pickle, "
-                           f"a damaged file or another format; {_torch_reason(e)}); nothing from the file was run")
+    return CheckpointError(
+        f"refused to load {path}: it could not be read as a PyTorch checkpoint (a plain pickle, "
+        f"a damaged file or another format; {_torch_reason(e)}); nothing from the file was run"
+    )
 
 
 def _torch_load_safely(path: Path) -> object:
@@ -144,12 +155,14 @@ def _check_weights(state, where: str) -> None:
         raise CheckpointError(f"{where}: its 'model' entry is a {type(state).__name__}, not a state dict of tensors")
     for key, value in state.items():
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            raise CheckpointError(f"{where}: its 'model' entry holds {key!r}: {type(value).__name__}, not a named "
-                                  f"tensor")
+            raise CheckpointError(
+                f"{where}: its 'model' entry holds {key!r}: {type(value).__name__}, not a named tensor"
+            )
     for key, value in state.items():
         if value.is_floating_point() and not torch.isfinite(value).all():
-            raise CheckpointError(f"{where}: weight {key} holds NaN or infinite values (a diverged or damaged "
-                                  f"training run); refusing it")
+            raise CheckpointError(
+                f"{where}: weight {key} holds NaN or infinite values (a diverged or damaged training run); refusing it"
+            )
 
 
 def _from_official(ckpt: dict, where: str) -> dict:
@@ -203,11 +216,13 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
     try:
         model = Model(ckpt["yaml"])
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError, ZeroDivisionError) as e:
-        raise CheckpointError(f"{where} holds an unsupported model config: {e.__class__.__name__}: "
-                              f"{' '.join(str(e).split())}") from None
+        raise CheckpointError(
+            f"{where} holds an unsupported model config: {e.__class__.__name__}: {' '.join(str(e).split())}"
+        ) from None
     # Some older YOLOv5 files also keep Detect's anchor_grid as a buffer; it is derived from the anchors.
-    state = {k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items()
-             if not k.endswith(".anchor_grid")}
+    state = {
+        k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items() if not k.endswith(".anchor_grid")
+    }
     mismatch = _shape_mismatch(model, state)
     if mismatch:  # load_state_dict would raise a multi-line RuntimeError listing every tensor
         raise CheckpointError(f"{where}: weights do not match its config: {mismatch}")

@@ -27,8 +27,15 @@ class Conv(nn.Module):
     def fuse(self) -> None:
         """Fold the BatchNorm statistics into the convolution weights and bias."""
         conv, bn = self.conv, self.bn
-        fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                          groups=conv.groups, bias=True).to(conv.weight.device)
+        fused = nn.Conv2d(
+            conv.in_channels,
+            conv.out_channels,
+            conv.kernel_size,
+            conv.stride,
+            conv.padding,
+            groups=conv.groups,
+            bias=True,
+        ).to(conv.weight.device)
         scale = bn.weight.detach() / torch.sqrt(bn.running_var + bn.eps)
         fused.weight.data.copy_(conv.weight.detach() * scale.view(-1, 1, 1, 1))
         fused.bias.data.copy_(bn.bias.detach() - bn.running_mean * scale)

@@ -113,12 +113,23 @@ def _check_cfg(cfg: dict) -> list:
         v = cfg.get(key, 1.0)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
             raise ValueError(f"'{key}' must be a positive number, got {v!r}")
-    per_level = isinstance(anchors, list) and anchors and all(
-        isinstance(a, list) and a and len(a) % 2 == 0 and len(a) == len(anchors[0])
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in a) for a in anchors)
+    per_level = (
+        isinstance(anchors, list)
+        and anchors
+        and all(
+            isinstance(a, list)
+            and a
+            and len(a) % 2 == 0
+            and len(a) == len(anchors[0])
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in a)
+            for a in anchors
+        )
+    )
     if not per_level and not _whole(anchors, 1):
-        raise ValueError("'anchors' must be a list of levels, each with the same even number of positive sizes "
-                         f"(w1, h1, w2, h2, ...), or a count per level; got {anchors!r}")
+        raise ValueError(
+            "'anchors' must be a list of levels, each with the same even number of positive sizes "
+            f"(w1, h1, w2, h2, ...), or a count per level; got {anchors!r}"
+        )
     backbone, head = cfg.get("backbone"), cfg.get("head")
     if not isinstance(backbone, list) or not isinstance(head, list) or not backbone + head:
         raise ValueError("'backbone' and 'head' must be lists of layers [from, repeats, module, args]")
@@ -174,8 +185,10 @@ def parse_model(cfg: dict, ch: int = 3) -> tuple[nn.Sequential, list[int]]:
         n = max(round(n * gd), 1) if n > 1 else n
         if name in ("Conv", "Bottleneck", "C3", "SPPF"):
             if not args or not _whole(args[0], 1):
-                raise ValueError(f"layer {i} ({name}): output channels (first arg) must be a whole number >= 1, "
-                                 f"got {args[0] if args else 'none'!r}")
+                raise ValueError(
+                    f"layer {i} ({name}): output channels (first arg) must be a whole number >= 1, "
+                    f"got {args[0] if args else 'none'!r}"
+                )
             c1, c2 = channels[f], args[0]
             if c2 != no:
                 c2 = make_divisible(c2 * gw, 8)
@@ -268,8 +281,9 @@ class Model(nn.Module):
             try:
                 x = m(x)
             except (RuntimeError, ValueError, IndexError) as e:
-                raise ValueError(f"layer {m.i} ({type(m).__name__}) cannot take its inputs: "
-                                 f"{' '.join(str(e).split())}") from None
+                raise ValueError(
+                    f"layer {m.i} ({type(m).__name__}) cannot take its inputs: {' '.join(str(e).split())}"
+                ) from None
             outputs.append(x if m.i in self.save else None)
         return x
 
@@ -306,5 +320,3 @@ class Model(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     """Number of parameters in a module."""
     return sum(p.numel() for p in model.parameters())
-
-

@@ -216,8 +216,7 @@ def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
         Case("detect --max-det -3", ["detect.py", *w, "--source", bus, "--max-det", "-3"], "error"),
         Case("detect --classes 999", ["detect.py", *w, "--source", bus, "--classes", "999"], "error"),
         Case("detect --line-thickness -4", ["detect.py", *w, "--source", bus, "--line-thickness", "-4"], "error"),
-        Case("detect --line-thickness 40000", ["detect.py", *w, "--source", bus, "--line-thickness", "40000"],
-             "error"),
+        Case("detect --line-thickness 40000", ["detect.py", *w, "--source", bus, "--line-thickness", "40000"], "error"),
         Case("detect --vid-stride 0", ["detect.py", *w, "--source", bus, "--vid-stride", "0"], "error"),
         Case("detect --img-size -1", ["detect.py", *w, "--source", bus, "--img-size", "-1"], "error"),
         Case("detect --device cuda (no CUDA)", ["detect.py", *w, "--source", bus, "--device", "cuda"], "error"),
@@ -225,23 +224,47 @@ def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
         Case("detect missing source", ["detect.py", *w, "--source", str(tmp / "nope.jpg")], "error"),
         Case("detect folder of folders", ["detect.py", *w, "--source", str(tmp / "only_dirs")], "error"),
         Case("detect truncated JPEG only", ["detect.py", *w, "--source", str(tmp / "corrupt.jpg")], "error"),
-        Case("detect same stem in a glob", ["detect.py", *w, "--name", "glob", "--save-txt", "--source",
-                                            str(tmp / "same_stem" / "*" / "x.jpg")], "ok",
-             _outputs(out / "glob" / "labels", "*.txt", 2)),
-        Case("detect same stem in a list", ["detect.py", *w, "--name", "list", "--source", str(tmp / "list.txt")],
-             "ok", _outputs(out / "list", "x*.jpg", 2)),
-        Case("detect x.jpg and x.png", ["detect.py", *w, "--name", "png", "--save-txt", "--source",
-                                        str(tmp / "same_folder")], "ok", _outputs(out / "png" / "labels", "*.txt", 2)),
+        Case(
+            "detect same stem in a glob",
+            ["detect.py", *w, "--name", "glob", "--save-txt", "--source", str(tmp / "same_stem" / "*" / "x.jpg")],
+            "ok",
+            _outputs(out / "glob" / "labels", "*.txt", 2),
+        ),
+        Case(
+            "detect same stem in a list",
+            ["detect.py", *w, "--name", "list", "--source", str(tmp / "list.txt")],
+            "ok",
+            _outputs(out / "list", "x*.jpg", 2),
+        ),
+        Case(
+            "detect x.jpg and x.png",
+            ["detect.py", *w, "--name", "png", "--save-txt", "--source", str(tmp / "same_folder")],
+            "ok",
+            _outputs(out / "png" / "labels", "*.txt", 2),
+        ),
         Case("detect file name with [ ]", ["detect.py", *w, "--source", str(tmp / "globchars" / "a[1].jpg")], "ok"),
         Case("detect video cut short", ["detect.py", *w, "--source", str(video)], "ok"),
-        Case("detect random-bytes weights", ["detect.py", "--weights", str(ckpt["random"]), "--source", bus,
-                                             "--project", str(out)], "error"),
-        Case("detect pickle that runs code", ["detect.py", "--weights", str(ckpt["pickle_exec"]), "--source", bus,
-                                              "--project", str(out)], "error", _no_file(tmp / "PWNED")),
-        Case("detect names shorter than nc", ["detect.py", "--weights", str(ckpt["short_names"]), "--source", bus,
-                                              "--project", str(out)], "error"),
-        Case("detect NaN weights", ["detect.py", "--weights", str(ckpt["nan"]), "--source", bus,
-                                    "--project", str(out)], "error"),
+        Case(
+            "detect random-bytes weights",
+            ["detect.py", "--weights", str(ckpt["random"]), "--source", bus, "--project", str(out)],
+            "error",
+        ),
+        Case(
+            "detect pickle that runs code",
+            ["detect.py", "--weights", str(ckpt["pickle_exec"]), "--source", bus, "--project", str(out)],
+            "error",
+            _no_file(tmp / "PWNED"),
+        ),
+        Case(
+            "detect names shorter than nc",
+            ["detect.py", "--weights", str(ckpt["short_names"]), "--source", bus, "--project", str(out)],
+            "error",
+        ),
+        Case(
+            "detect NaN weights",
+            ["detect.py", "--weights", str(ckpt["nan"]), "--source", bus, "--project", str(out)],
+            "error",
+        ),
     ]
 
 
@@ -270,30 +293,92 @@ def test_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
         Case("test --conf-thres 2", ["test.py", "--data", str(tiny), *w, "--conf-thres", "2"], "error"),
         Case("test --device cuda (no CUDA)", ["test.py", "--data", str(tiny), *w, "--device", "cuda"], "error"),
         Case("test 3 images, default batch 32", ["test.py", "--data", str(tiny), *w, "--img", "160"], "ok"),
-        Case("test corrupt image dropped", ["test.py", "--data", str(corrupt), *w, "--img", "160",
-                                            "--batch-size", "4"], "ok"),
+        Case(
+            "test corrupt image dropped",
+            ["test.py", "--data", str(corrupt), *w, "--img", "160", "--batch-size", "4"],
+            "ok",
+        ),
         Case("test data YAML with a shell download", ["test.py", "--data", str(shell), *w], "error", _no_file(marker)),
         Case("test data YAML syntax error", ["test.py", "--data", str(bad_yaml), *w], "error"),
-        Case("test ann_json with stem ids", ["test.py", "--data", str(stems), *w, "--img", "320", "--batch-size", "16",
-                                             "--name", "stems", "--save-json"], "ok"),
-        Case("test ann_json renumbered 1..N", ["test.py", "--data", str(renumbered), *w, "--img", "320",
-                                               "--batch-size", "16", "--name", "renumbered", "--save-json"], "ok",
-             _same_map(out / "stems", out / "renumbered")),
-        Case("test --ann-json not JSON", ["test.py", "--data", str(tiny), *w, "--ann-json", str(tmp / "notjson.json")],
-             "error"),
-        Case("test --pred-json malformed", ["test.py", "--ann-json", str(tmp / "stems.json"), "--pred-json",
-                                            str(tmp / "pred_bad.json"), "--project", str(out)], "error"),
+        Case(
+            "test ann_json with stem ids",
+            [
+                "test.py",
+                "--data",
+                str(stems),
+                *w,
+                "--img",
+                "320",
+                "--batch-size",
+                "16",
+                "--name",
+                "stems",
+                "--save-json",
+            ],
+            "ok",
+        ),
+        Case(
+            "test ann_json renumbered 1..N",
+            [
+                "test.py",
+                "--data",
+                str(renumbered),
+                *w,
+                "--img",
+                "320",
+                "--batch-size",
+                "16",
+                "--name",
+                "renumbered",
+                "--save-json",
+            ],
+            "ok",
+            _same_map(out / "stems", out / "renumbered"),
+        ),
+        Case(
+            "test --ann-json not JSON",
+            ["test.py", "--data", str(tiny), *w, "--ann-json", str(tmp / "notjson.json")],
+            "error",
+        ),
+        Case(
+            "test --pred-json malformed",
+            [
+                "test.py",
+                "--ann-json",
+                str(tmp / "stems.json"),
+                "--pred-json",
+                str(tmp / "pred_bad.json"),
+                "--project",
+                str(out),
+            ],
+            "error",
+        ),
         Case("test --task test without a test split", ["test.py", "--data", str(tiny), *w, "--task", "test"], "error"),
-        Case("test refused weights file", ["test.py", "--data", str(tiny), "--weights", str(ckpt["text"]),
-                                           "--project", str(out)], "error"),
-        Case("test truncated weights", ["test.py", "--data", str(tiny), "--weights", str(ckpt["truncated"]),
-                                        "--project", str(out)], "error"),
-        Case("test no names in weights", ["test.py", "--data", str(tiny), "--weights", str(ckpt["no_names"]),
-                                          "--project", str(out)], "error"),
-        Case("test model entry a list", ["test.py", "--data", str(tiny), "--weights", str(ckpt["model_list"]),
-                                         "--project", str(out)], "error"),
-        Case("test weights not fitting their YAML", ["test.py", "--data", str(tiny), "--weights",
-                                                     str(ckpt["wrong_yaml"]), "--project", str(out)], "error"),
+        Case(
+            "test refused weights file",
+            ["test.py", "--data", str(tiny), "--weights", str(ckpt["text"]), "--project", str(out)],
+            "error",
+        ),
+        Case(
+            "test truncated weights",
+            ["test.py", "--data", str(tiny), "--weights", str(ckpt["truncated"]), "--project", str(out)],
+            "error",
+        ),
+        Case(
+            "test no names in weights",
+            ["test.py", "--data", str(tiny), "--weights", str(ckpt["no_names"]), "--project", str(out)],
+            "error",
+        ),
+        Case(
+            "test model entry a list",
+            ["test.py", "--data", str(tiny), "--weights", str(ckpt["model_list"]), "--project", str(out)],
+            "error",
+        ),
+        Case(
+            "test weights not fitting their YAML",
+            ["test.py", "--data", str(tiny), "--weights", str(ckpt["wrong_yaml"]), "--project", str(out)],
+            "error",
+        ),
     ]
 
 
@@ -313,28 +398,52 @@ def train_cases(tmp: Path) -> list[Case]:
     _write_yaml(tmp / "cfg_negative.yaml", negative)
     crafted = tmp / "crafted_last.pt"  # a loadable model whose training options are not a mapping
     ours = load_checkpoint(WEIGHTS)
-    resume_state = {"epoch": 0, "best_fitness": 0.0, "ema_updates": 0, "optimizer": {"state": {}, "param_groups": []},
-                    "train_model": ours["model"]}
+    resume_state = {
+        "epoch": 0,
+        "best_fitness": 0.0,
+        "ema_updates": 0,
+        "optimizer": {"state": {}, "param_groups": []},
+        "train_model": ours["model"],
+    }
     torch.save({**ours, **resume_state, "train_args": "oops"}, crafted)
     scratch = ["--weights", "", "--cfg", "yolov5n.yaml"]
     return [
         Case("train --batch-size -1", ["train.py", *base, *scratch, "--batch-size", "-1"], "error"),
         Case("train --epochs 0", ["train.py", *base, *scratch, "--epochs", "0"], "error"),
-        Case("train 3 images, default batch 16", ["train.py", *base, *scratch, "--name", "tiny", "--noplots"], "ok",
-             _outputs(out / "tiny" / "weights", "*.pt", 2)),
-        Case("train without labels", ["train.py", *[a if a != str(tiny) else str(nolabels) for a in base],
-                                      *scratch], "error"),
-        Case("train --cfg YAML syntax error", ["train.py", *base, "--weights", "", "--cfg",
-                                               str(tmp / "cfg_syntax.yaml")], "error"),
-        Case("train --cfg Concat mismatch", ["train.py", *base, "--weights", "", "--cfg",
-                                             str(tmp / "cfg_concat.yaml")], "error"),
-        Case("train --cfg negative channels", ["train.py", *base, "--weights", "", "--cfg",
-                                               str(tmp / "cfg_negative.yaml")], "error"),
+        Case(
+            "train 3 images, default batch 16",
+            ["train.py", *base, *scratch, "--name", "tiny", "--noplots"],
+            "ok",
+            _outputs(out / "tiny" / "weights", "*.pt", 2),
+        ),
+        Case(
+            "train without labels",
+            ["train.py", *[a if a != str(tiny) else str(nolabels) for a in base], *scratch],
+            "error",
+        ),
+        Case(
+            "train --cfg YAML syntax error",
+            ["train.py", *base, "--weights", "", "--cfg", str(tmp / "cfg_syntax.yaml")],
+            "error",
+        ),
+        Case(
+            "train --cfg Concat mismatch",
+            ["train.py", *base, "--weights", "", "--cfg", str(tmp / "cfg_concat.yaml")],
+            "error",
+        ),
+        Case(
+            "train --cfg negative channels",
+            ["train.py", *base, "--weights", "", "--cfg", str(tmp / "cfg_negative.yaml")],
+            "error",
+        ),
         Case("train --freeze every layer", ["train.py", *base, *scratch, "--freeze", "25"], "error"),
         Case("train --resume crafted last.pt", ["train.py", "--resume", str(crafted)], "error"),
-        Case("train data YAML with a shell download", ["train.py", *base, *scratch, "--data",
-                                                       str(tmp / "shell.yaml")], "error",
-             _no_file(tmp / "SHELL_RAN")),
+        Case(
+            "train data YAML with a shell download",
+            ["train.py", *base, *scratch, "--data", str(tmp / "shell.yaml")],
+            "error",
+            _no_file(tmp / "SHELL_RAN"),
+        ),
     ]
 
 
@@ -347,8 +456,15 @@ def run_case(case: Case, cwd: Path) -> Outcome:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, str(ROOT / case.argv[0]), *case.argv[1:]], cwd=cwd, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=case.timeout)
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / case.argv[0]), *case.argv[1:]],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=case.timeout,
+        )
         code, text = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as e:
         code, text = 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""

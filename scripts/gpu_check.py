@@ -49,8 +49,9 @@ def make_shapes(folder: Path, n_train: int, img: int) -> Path:
     return yaml_file
 
 
-def amp_training(data_yaml: Path, steps: int, img: int, batch: int, workers: int, folder: Path,
-                 device: torch.device) -> dict:
+def amp_training(
+    data_yaml: Path, steps: int, img: int, batch: int, workers: int, folder: Path, device: torch.device
+) -> dict:
     """Part 1 and 2: an FP16 autocast + GradScaler loop on yolov5s, then a checkpoint round trip."""
     from utils.trainer import smart_optimizer  # train.py's optimiser set-up
 
@@ -63,8 +64,9 @@ def amp_training(data_yaml: Path, steps: int, img: int, batch: int, workers: int
     compute_loss = ComputeLoss(model, hyp)
     optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
     scaler = torch.amp.GradScaler(device.type, growth_interval=50)  # grows after 50 clean steps: the scale must move
-    loader = create_dataloader(data["train"], img, batch, 32, hyp=hyp, augment=True, workers=workers, shuffle=True,
-                               nc=data["nc"])[0]
+    loader = create_dataloader(
+        data["train"], img, batch, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, nc=data["nc"]
+    )[0]
     losses, scales, skipped = [], [scaler.get_scale()], 0
     t0 = time.time()
     while len(losses) < steps:
@@ -100,8 +102,10 @@ def amp_training(data_yaml: Path, steps: int, img: int, batch: int, workers: int
     file = folder / "amp_check.pt"
     save_checkpoint(checkpoint_dict(model, optimizer=optimizer.state_dict(), scaler=scaler.state_dict()), file)
     ckpt = torch.load(file, map_location="cpu", weights_only=True)
-    check(all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point()),
-          "checkpoint weights are not all FP16")
+    check(
+        all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point()),
+        "checkpoint weights are not all FP16",
+    )
     restored = torch.amp.GradScaler(device.type)
     restored.load_state_dict(ckpt["scaler"])
     check(restored.get_scale() == scaler.get_scale(), "GradScaler scale not restored from the checkpoint")
@@ -112,10 +116,18 @@ def amp_training(data_yaml: Path, steps: int, img: int, batch: int, workers: int
         y16 = fp16(imgs[:4].to(low))[0].float()
     conf_diff = float((y16[..., 4] - y32[..., 4]).abs().max())
     check(bool(torch.isfinite(y16).all()) and conf_diff < 0.05, f"FP16 outputs differ from FP32 (conf {conf_diff:.3g})")
-    return {"steps": steps, "ms/step": round(step_ms, 1), "loss first20": round(first, 4),
-            "loss last20": round(last, 4), "scale start": scales[0], "scale end": scales[-1],
-            "scale distinct": len(set(scales)), "skipped steps": int(skipped),
-            "fp16 vs fp32 max conf diff": round(conf_diff, 5), "checkpoint MB": round(file.stat().st_size / 1e6, 2)}
+    return {
+        "steps": steps,
+        "ms/step": round(step_ms, 1),
+        "loss first20": round(first, 4),
+        "loss last20": round(last, 4),
+        "scale start": scales[0],
+        "scale end": scales[-1],
+        "scale distinct": len(set(scales)),
+        "skipped steps": int(skipped),
+        "fp16 vs fp32 max conf diff": round(conf_diff, 5),
+        "checkpoint MB": round(file.stat().st_size / 1e6, 2),
+    }
 
 
 def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int, folder: Path, device: str) -> dict:
@@ -124,17 +136,43 @@ def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int,
     import train
 
     t0 = time.time()
-    rc = train.main(train.parse_opt([
-        "--data", str(data_yaml), "--cfg", "yolov5s.yaml", "--weights", "", "--img", str(img), "--batch-size",
-        str(batch), "--epochs", str(epochs), "--device", device, "--workers", str(workers), "--project",
-        str(folder / "runs"), "--name", "gpu", "--exist-ok", "--amp"]))
+    rc = train.main(
+        train.parse_opt(
+            [
+                "--data",
+                str(data_yaml),
+                "--cfg",
+                "yolov5s.yaml",
+                "--weights",
+                "",
+                "--img",
+                str(img),
+                "--batch-size",
+                str(batch),
+                "--epochs",
+                str(epochs),
+                "--device",
+                device,
+                "--workers",
+                str(workers),
+                "--project",
+                str(folder / "runs"),
+                "--name",
+                "gpu",
+                "--exist-ok",
+                "--amp",
+            ]
+        )
+    )
     train_s = time.time() - t0
     check(rc == 0, f"train.py exited with {rc}")
     run_dir = folder / "runs" / "gpu"
     best = run_dir / "weights" / "best.pt"
     ckpt = torch.load(best, map_location="cpu", weights_only=True)
-    check(all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point()),
-          "best.pt weights are not all FP16")
+    check(
+        all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point()),
+        "best.pt weights are not all FP16",
+    )
     check("optimizer" not in ckpt, "best.pt still holds the optimizer")
     rows = (run_dir / "results.csv").read_text().strip().splitlines()
     check(len(rows) == epochs + 1, f"results.csv has {len(rows) - 1} epoch rows, expected {epochs}")
@@ -144,24 +182,45 @@ def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int,
     data = load_data_config(data_yaml)
     val_dir = data["val"]
     on_gpu = device != "cpu"
-    found = detect.run(weights=best, source=val_dir, imgsz=img, device=device, half=on_gpu, conf_thres=0.1,
-                       nosave=True, project=folder / "detect", name="fp16", exist_ok=True)
+    found = detect.run(
+        weights=best,
+        source=val_dir,
+        imgsz=img,
+        device=device,
+        half=on_gpu,
+        conf_thres=0.1,
+        nosave=True,
+        project=folder / "detect",
+        name="fp16",
+        exist_ok=True,
+    )
     n_boxes = sum(len(r.boxes) for r in found.results)
     check(all(torch.isfinite(torch.as_tensor(r.boxes)).all() for r in found.results), "non-finite FP16 detections")
 
     from utils.validate import run as validate
+
     maps = {}
     for half in (True, False):
-        (p, r, map50, map5095, *_), _, _ = validate(data, batch_size=batch, imgsz=img, half=half,
-                                                    model=load_model(best, device=select_device(device)),
-                                                    plots=False,
-                                                    save_dir=folder / "val")
+        (p, r, map50, map5095, *_), _, _ = validate(
+            data,
+            batch_size=batch,
+            imgsz=img,
+            half=half,
+            model=load_model(best, device=select_device(device)),
+            plots=False,
+            save_dir=folder / "val",
+        )
         maps[half] = map5095
     check(abs(maps[True] - maps[False]) < 0.01, f"FP16 mAP50-95 {maps[True]:.4f} vs FP32 {maps[False]:.4f}")
-    return {"train.py wall s": round(train_s, 1), "final epoch": rows[-1],
-            "best.pt MB": round(best.stat().st_size / 1e6, 2),
-            "fp16 detections (conf>0.1)": n_boxes, "detect ms/img": [round(x, 2) for x in found.speed_ms],
-            "mAP50-95 fp16": round(maps[True], 4), "mAP50-95 fp32": round(maps[False], 4)}
+    return {
+        "train.py wall s": round(train_s, 1),
+        "final epoch": rows[-1],
+        "best.pt MB": round(best.stat().st_size / 1e6, 2),
+        "fp16 detections (conf>0.1)": n_boxes,
+        "detect ms/img": [round(x, 2) for x in found.speed_ms],
+        "mAP50-95 fp16": round(maps[True], 4),
+        "mAP50-95 fp32": round(maps[False], 4),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,8 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             folder = Path(tmp)
             data_yaml = make_shapes(folder, args.n_train, args.img)
             summary["amp"] = amp_training(data_yaml, args.steps, args.img, args.batch, args.workers, folder, device)
-            summary["train.py"] = end_to_end(data_yaml, args.img, args.batch, args.epochs, args.workers, folder,
-                                             args.device)
+            summary["train.py"] = end_to_end(
+                data_yaml, args.img, args.batch, args.epochs, args.workers, folder, args.device
+            )
     except CheckFailed as e:
         print(f"gpu_check FAILED: {e}")
         for part, values in summary.items():

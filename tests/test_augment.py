@@ -88,8 +88,15 @@ def test_random_perspective_boxes_follow_content(degrees):
     np.random.seed(1)
     checked = 0
     for _ in range(20):
-        out, targets = random_perspective(image, np.array([[0, *box]], np.float32), degrees=degrees,
-                                          translate=0.2, scale=0.5, shear=0, border=(-40, -40))
+        out, targets = random_perspective(
+            image,
+            np.array([[0, *box]], np.float32),
+            degrees=degrees,
+            translate=0.2,
+            scale=0.5,
+            shear=0,
+            border=(-40, -40),
+        )
         assert out.shape == (80, 80, 3)
         if len(targets) and (out[..., 0] > 160).any():
             extent = white_extent(out)
@@ -107,8 +114,9 @@ def test_random_perspective_keeps_boxes_valid():
         wh = rng.uniform(1, 120, (20, 2))
         targets = np.concatenate((rng.integers(0, 5, (20, 1)), xy, np.minimum(xy + wh, 256)), 1).astype(np.float32)
         image = np.zeros((256, 256, 3), np.uint8)
-        out, kept = random_perspective(image, targets, degrees=20, translate=0.2, scale=0.6, shear=5,
-                                       perspective=0.0005, border=(-64, -64))
+        out, kept = random_perspective(
+            image, targets, degrees=20, translate=0.2, scale=0.6, shear=5, perspective=0.0005, border=(-64, -64)
+        )
         assert out.shape == (128, 128, 3) and kept.dtype == np.float32
         w, h = kept[:, 3] - kept[:, 1], kept[:, 4] - kept[:, 2]
         assert (kept[:, 1:] >= 0).all() and (kept[:, [1, 3]] <= 128).all() and (kept[:, [2, 4]] <= 128).all()
@@ -117,10 +125,10 @@ def test_random_perspective_keeps_boxes_valid():
 
 
 def test_box_candidates():
-    before = np.array([[0, 0, 100, 100], [0, 0, 100, 100], [0, 0, 100, 100], [0, 0, 10, 10], [0, 0, 300, 3]],
-                      np.float32).T
-    after = np.array([[0, 0, 50, 50], [0, 0, 2, 50], [0, 0, 30, 30], [0, 0, 3, 9], [0, 0, 250, 2.4]],
-                     np.float32).T
+    before = np.array(
+        [[0, 0, 100, 100], [0, 0, 100, 100], [0, 0, 100, 100], [0, 0, 10, 10], [0, 0, 300, 3]], np.float32
+    ).T
+    after = np.array([[0, 0, 50, 50], [0, 0, 2, 50], [0, 0, 30, 30], [0, 0, 3, 9], [0, 0, 250, 2.4]], np.float32).T
     # kept / too narrow / 9% of the area left / small but mostly kept / aspect ratio over 100
     assert box_candidates(before, after).tolist() == [True, False, False, True, False]
 
@@ -194,7 +202,7 @@ def test_dataset_mosaic_labels_match_pixels(tmp_path):
         for cls, (x1, y1, x2, y2) in zip(labels[:, 1].int().tolist(), boxes):
             if min(x2 - x1, y2 - y1) < 5:
                 continue
-            crop = rgb[y1 + 1:y2 - 1, x1 + 1:x2 - 1].astype(int)
+            crop = rgb[y1 + 1 : y2 - 1, x1 + 1 : x2 - 1].astype(int)
             target = np.array(colors[cls][::-1])  # RGB
             inside = (np.abs(crop - target).sum(-1) < 60).mean()
             assert inside > 0.9, (i, cls, inside)

@@ -10,9 +10,9 @@ import utils.autoanchor as autoanchor
 from models.yolo import Model
 from utils.autoanchor import anchor_metrics, check_anchors, kmean_anchors, kmeans
 
-DEFAULT_ANCHORS_PX = torch.tensor([[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]],
-                                  dtype=torch.float32).view(3, 3, 2)
-
+DEFAULT_ANCHORS_PX = torch.tensor(
+    [[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]], dtype=torch.float32
+).view(3, 3, 2)
 
 
 def _dataset(wh_px: np.ndarray, img: int = 640) -> SimpleNamespace:

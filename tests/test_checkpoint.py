@@ -124,9 +124,19 @@ def test_import_v7_style_detection_model_pickle(tmp_path, monkeypatch):
     model = detection_model("yolov5n.yaml", nc=2).eval()
     model.names = {0: "cat", 1: "dog"}
     path = tmp_path / "v7.pt"
-    torch.save({"epoch": -1, "best_fitness": np.array([0.42]), "model": model.half(), "ema": None,
-                "optimizer": None, "opt": {"imgsz": 640, "hyp": {"lr0": 0.01}}, "git": None, "date": "2022-11-22"},
-               path)
+    torch.save(
+        {
+            "epoch": -1,
+            "best_fitness": np.array([0.42]),
+            "model": model.half(),
+            "ema": None,
+            "optimizer": None,
+            "opt": {"imgsz": 640, "hyp": {"lr0": 0.01}},
+            "git": None,
+            "date": "2022-11-22",
+        },
+        path,
+    )
     monkeypatch.undo()
 
     loaded = load_model(path, fuse=False)

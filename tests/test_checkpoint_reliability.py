@@ -81,12 +81,15 @@ def test_weights_that_do_not_fit_their_config(tmp_path, small_model):
     _expect(path, "do not match its config", "model.24.m.0.weight", "(30, 64, 1, 1)", "(21, 64, 1, 1)")
 
 
-@pytest.mark.parametrize("entry, words", [
-    ([torch.zeros(3)], ("'model' entry is a list",)),
-    ("weights", ("'model' entry is a str",)),
-    (torch.zeros(3), ("'model' entry is a Tensor",)),
-    ({"model.0.conv.weight": [1.0, 2.0]}, ("'model.0.conv.weight'", "not a named tensor")),
-])
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        ([torch.zeros(3)], ("'model' entry is a list",)),
+        ("weights", ("'model' entry is a str",)),
+        (torch.zeros(3), ("'model' entry is a Tensor",)),
+        ({"model.0.conv.weight": [1.0, 2.0]}, ("'model.0.conv.weight'", "not a named tensor")),
+    ],
+)
 def test_model_entry_of_the_wrong_type(tmp_path, small_model, entry, words):
     _expect(_ours(tmp_path, small_model, "wrong_model", model=entry), *words)
 
@@ -141,20 +144,33 @@ def test_refused_files_say_so_without_torch_advice(tmp_path):
 
 def test_cli_one_line_errors_for_bad_checkpoints(tmp_path, small_model, shared, capsys, log):
     """test.py and detect.py exit 1 with one ERROR line naming the problem, never a traceback."""
-    files = {_ours(tmp_path, small_model, "short", names=["cat"]): "1 class names",
-             _ours(tmp_path, small_model, "mismatch", model=checkpoint_dict(Model("yolov5n.yaml", nc=5))["model"]):
-                 "do not match its config",
-             _official(tmp_path, Model("yolov5n.yaml", nc=2), "official_short", ["a"]): "1 class names"}
+    files = {
+        _ours(tmp_path, small_model, "short", names=["cat"]): "1 class names",
+        _ours(
+            tmp_path, small_model, "mismatch", model=checkpoint_dict(Model("yolov5n.yaml", nc=5))["model"]
+        ): "do not match its config",
+        _official(tmp_path, Model("yolov5n.yaml", nc=2), "official_short", ["a"]): "1 class names",
+    }
     files.update({p: "refused" for p in _unreadable_files(tmp_path)})
     data = tmp_path / "data.yaml"
-    data.write_text(f"path: {shared / 'datasets/coco128'}\ntrain: images/train2017\nval: images/train2017\n"
-                    "nc: 2\nnames: [cat, dog]\n")
+    data.write_text(
+        f"path: {shared / 'datasets/coco128'}\ntrain: images/train2017\nval: images/train2017\n"
+        "nc: 2\nnames: [cat, dog]\n"
+    )
     image = str(shared / "images/bus.jpg")
     for path, words in files.items():
-        for name, run in (("test", lambda p: yolo_test.main(["--data", str(data), "--weights", str(p), "--project",
-                                                               str(tmp_path / "runs"), "--no-plots"])),
-                          ("detect", lambda p: detect.main(["--source", image, "--weights", str(p), "--project",
-                                                            str(tmp_path / "runs")]))):
+        for name, run in (
+            (
+                "test",
+                lambda p: yolo_test.main(
+                    ["--data", str(data), "--weights", str(p), "--project", str(tmp_path / "runs"), "--no-plots"]
+                ),
+            ),
+            (
+                "detect",
+                lambda p: detect.main(["--source", image, "--weights", str(p), "--project", str(tmp_path / "runs")]),
+            ),
+        ):
             log.clear()
             code = run(path)
             errors = [line for m in log.messages for line in m.splitlines() if "ERROR" in line]

@@ -43,21 +43,27 @@ def grey(h: int = 48, w: int = 64) -> np.ndarray:
 # label checks
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("0 0.5 0.5 0.2\n", "5 columns"),
-    ("0 0.5 0.5 0.2 0.2 0.1\n", "5 columns"),
-    ("3 0.5 0.5 0.2 0.2\n", "class 3"),
-    ("-1 0.5 0.5 0.2 0.2\n", "class -1"),
-    ("1.5 0.5 0.5 0.2 0.2\n", "class 1.5"),
-    ("0 nan 0.5 0.2 0.2\n", "non-finite"),
-    ("0 0.5 inf 0.2 0.2\n", "non-finite"),
-    ("0 0.5 abc 0.2 0.2\n", "non-numeric"),
-    ("0 0.5 0.5 1.2 0.2\n", "normalised"),
-    ("0 -0.02 0.5 0.2 0.2\n", "normalised"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("0 0.5 0.5 0.2\n", "5 columns"),
+        ("0 0.5 0.5 0.2 0.2 0.1\n", "5 columns"),
+        ("3 0.5 0.5 0.2 0.2\n", "class 3"),
+        ("-1 0.5 0.5 0.2 0.2\n", "class -1"),
+        ("1.5 0.5 0.5 0.2 0.2\n", "class 1.5"),
+        ("0 nan 0.5 0.2 0.2\n", "non-finite"),
+        ("0 0.5 inf 0.2 0.2\n", "non-finite"),
+        ("0 0.5 abc 0.2 0.2\n", "non-numeric"),
+        ("0 0.5 0.5 1.2 0.2\n", "normalised"),
+        ("0 -0.02 0.5 0.2 0.2\n", "normalised"),
+    ],
+)
 def test_malformed_label_skips_image_with_warning(tmp_path, log, text, reason):
-    images = make_dataset(tmp_path, {"good.jpg": grey(), "bad.jpg": grey()},
-                          {"good": "1 0.5 0.5 0.2 0.2\n", "bad": "0 0.3 0.3 0.1 0.1\n" + text})
+    images = make_dataset(
+        tmp_path,
+        {"good.jpg": grey(), "bad.jpg": grey()},
+        {"good": "1 0.5 0.5 0.2 0.2\n", "bad": "0 0.3 0.3 0.1 0.1\n" + text},
+    )
     ds = LoadImagesAndLabels(images, img_size=64, nc=3)
     assert [Path(f).name for f in ds.im_files] == ["good.jpg"]
     warnings = [r.getMessage() for r in log.records if r.levelno == logging.WARNING]
@@ -66,18 +72,24 @@ def test_malformed_label_skips_image_with_warning(tmp_path, log, text, reason):
 
 
 def test_duplicates_dropped_and_overshoot_clipped(tmp_path, log):
-    text = ("0 0.5 0.5 0.2 0.2\n"
-            "0 0.5 0.5 0.2 0.2\n"  # duplicate
-            "1 0.5 0.5 1.008 0.4\n"  # 0.004 over both edges: clipped to the full width
-            "2 1.005 0.5 0.1 0.1\n"  # centre 0.005 past the right edge: box cut at x = 1
-            "\n")  # blank lines are fine
+    text = (
+        "0 0.5 0.5 0.2 0.2\n"
+        "0 0.5 0.5 0.2 0.2\n"  # duplicate
+        "1 0.5 0.5 1.008 0.4\n"  # 0.004 over both edges: clipped to the full width
+        "2 1.005 0.5 0.1 0.1\n"  # centre 0.005 past the right edge: box cut at x = 1
+        "\n"
+    )  # blank lines are fine
     images = make_dataset(tmp_path, {"a.png": grey()}, {"a": text})
     ds = LoadImagesAndLabels(images, img_size=64, nc=3)
-    np.testing.assert_allclose(ds.labels[0], [
-        [0, 0.5, 0.5, 0.2, 0.2],
-        [1, 0.5, 0.5, 1.0, 0.4],
-        [2, (0.955 + 1) / 2, 0.5, 0.045, 0.1],
-    ], atol=1e-6)
+    np.testing.assert_allclose(
+        ds.labels[0],
+        [
+            [0, 0.5, 0.5, 0.2, 0.2],
+            [1, 0.5, 0.5, 1.0, 0.4],
+            [2, (0.955 + 1) / 2, 0.5, 0.045, 0.1],
+        ],
+        atol=1e-6,
+    )
     assert "1 duplicate label(s) removed" in log.text
     assert "1 images, 0 backgrounds, 0 corrupt (3 boxes)" in log.text
 
@@ -89,8 +101,11 @@ def test_polygon_labels_become_boxes(tmp_path):
 
 
 def test_backgrounds_and_single_cls(tmp_path, log):
-    images = make_dataset(tmp_path, {"a.jpg": grey(), "b.jpg": grey(), "c.jpg": grey()},
-                          {"a": "2 0.5 0.5 0.2 0.2\n1 0.2 0.2 0.1 0.1\n", "b": ""})  # c has no label file
+    images = make_dataset(
+        tmp_path,
+        {"a.jpg": grey(), "b.jpg": grey(), "c.jpg": grey()},
+        {"a": "2 0.5 0.5 0.2 0.2\n1 0.2 0.2 0.1 0.1\n", "b": ""},
+    )  # c has no label file
     ds = LoadImagesAndLabels(images, img_size=64, nc=1, single_cls=True)  # nc=1 as train.py passes it
     assert len(ds) == 3 and [len(x) for x in ds.labels] == [2, 0, 0]
     assert (ds.labels[0][:, 0] == 0).all()
@@ -170,8 +185,9 @@ def test_exif_orientation_applied(tmp_path):
 
 def test_cache_reused_and_rebuilt_when_labels_change(tmp_path, log, monkeypatch):
     monkeypatch.delenv("YOLO_CACHE_DIR")  # the dataset is a tmp_path copy: its cache goes beside its labels
-    images = make_dataset(tmp_path, {"a.jpg": grey(), "b.jpg": grey()},
-                          {"a": "0 0.5 0.5 0.2 0.2\n", "b": "1 0.5 0.5 0.4 0.4\n"})
+    images = make_dataset(
+        tmp_path, {"a.jpg": grey(), "b.jpg": grey()}, {"a": "0 0.5 0.5 0.2 0.2\n", "b": "1 0.5 0.5 0.4 0.4\n"}
+    )
     LoadImagesAndLabels(images, img_size=64, nc=2)
     cache = tmp_path / "labels" / "train.yolo-labels.npz"
     assert cache.is_file() and "New cache created" in log.text
@@ -255,8 +271,9 @@ def test_letterboxed_labels_map_back_to_original(tmp_path):
 @pytest.mark.parametrize("pad, landscape, portrait", [(0.0, (256, 320), (320, 288)), (0.5, (288, 352), (352, 320))])
 def test_rect_batch_shapes(tmp_path, pad, landscape, portrait):
     sizes = {"c.jpg": (120, 60), "a.jpg": (50, 100), "d.jpg": (100, 90), "b.jpg": (80, 100)}  # (h, w)
-    images = make_dataset(tmp_path, {k: grey(*hw) for k, hw in sizes.items()},
-                          {Path(k).stem: "0 0.5 0.5 0.5 0.5\n" for k in sizes})
+    images = make_dataset(
+        tmp_path, {k: grey(*hw) for k, hw in sizes.items()}, {Path(k).stem: "0 0.5 0.5 0.5 0.5\n" for k in sizes}
+    )
     ds = LoadImagesAndLabels(images, img_size=320, batch_size=2, rect=True, pad=pad)
     assert [Path(f).name for f in ds.im_files] == ["a.jpg", "b.jpg", "d.jpg", "c.jpg"]  # by h/w
     assert ds.batch_shapes.tolist() == [list(landscape), list(portrait)]
@@ -269,8 +286,11 @@ def test_rect_batch_shapes(tmp_path, pad, landscape, portrait):
 
 
 def test_collate_and_dataloader(tmp_path):
-    images = make_dataset(tmp_path, {f"{i}.jpg": grey() for i in range(5)},
-                          {str(i): "".join(f"{c} 0.5 0.5 0.{c + 1} 0.2\n" for c in range(i)) for i in range(5)})
+    images = make_dataset(
+        tmp_path,
+        {f"{i}.jpg": grey() for i in range(5)},
+        {str(i): "".join(f"{c} 0.5 0.5 0.{c + 1} 0.2\n" for c in range(i)) for i in range(5)},
+    )
     loader, ds = create_dataloader(images, 64, 4, 32, workers=0, rect=True, pad=0.5)
     imgs, labels, paths, shapes = next(iter(loader))
     assert imgs.shape == (4, 3, 64, 96) and imgs.dtype == torch.uint8 and len(paths) == 4 == len(shapes)
@@ -280,8 +300,11 @@ def test_collate_and_dataloader(tmp_path):
 
 
 def test_dataloader_workers_and_seeding(tmp_path):
-    images = make_dataset(tmp_path, {f"{i}.jpg": np.full((48, 64, 3), 20 * i, np.uint8) for i in range(6)},
-                          {str(i): "0 0.5 0.5 0.4 0.4\n" for i in range(6)})
+    images = make_dataset(
+        tmp_path,
+        {f"{i}.jpg": np.full((48, 64, 3), 20 * i, np.uint8) for i in range(6)},
+        {str(i): "0 0.5 0.5 0.4 0.4\n" for i in range(6)},
+    )
     hyp = load_hyp("hyp.scratch.yaml")
     runs = []
     for _ in range(2):
@@ -318,25 +341,38 @@ def write_yaml(path: Path, data: dict) -> Path:
 def test_load_data_config(tmp_path):
     images = make_dataset(tmp_path / "ds", {"a.jpg": grey()}, {})
     make_dataset(tmp_path / "ds", {"b.jpg": grey()}, {}, split="val")
-    cfg = load_data_config(write_yaml(tmp_path / "d.yaml", {
-        "path": str(tmp_path / "ds"), "train": "images/train", "val": ["images/val", "images/train"],
-        "names": {0: "cat", 1: "dog"}, "ann_json": "annotations/val.json"}))
+    cfg = load_data_config(
+        write_yaml(
+            tmp_path / "d.yaml",
+            {
+                "path": str(tmp_path / "ds"),
+                "train": "images/train",
+                "val": ["images/val", "images/train"],
+                "names": {0: "cat", 1: "dog"},
+                "ann_json": "annotations/val.json",
+            },
+        )
+    )
     assert cfg["train"] == str(images) and cfg["val"] == [str(tmp_path / "ds/images/val"), str(images)]
     assert cfg["test"] is None and cfg["nc"] == 2 and cfg["names"] == ["cat", "dog"]
     assert cfg["ann_json"] == str(tmp_path / "ds/annotations/val.json") and cfg["path"] == str(tmp_path / "ds")
     # without `path`, splits are relative to the YAML's folder
-    cfg = load_data_config(write_yaml(tmp_path / "e.yaml", {"train": "ds/images/train", "val": "ds/images/val",
-                                                            "nc": 1, "names": ["x"]}))
+    cfg = load_data_config(
+        write_yaml(tmp_path / "e.yaml", {"train": "ds/images/train", "val": "ds/images/val", "nc": 1, "names": ["x"]})
+    )
     assert cfg["train"] == str(images) and cfg["names"] == ["x"]
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"train": "ds", "val": "ds", "nc": 3, "names": ["a", "b"]}, "nc is 3 but 2 names"),
-    ({"train": "ds", "val": "ds", "names": {0: "a", 2: "b"}}, "none missing"),
-    ({"train": "ds", "val": "nowhere", "names": ["a"]}, "nowhere does not exist and d.yaml has no 'download'"),
-    ({"names": ["a"]}, "needs 'train'"),
-    ({"train": "ds", "val": "no", "names": ["a"], "download": "import os; os.system('echo hi')"}, "never run"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"train": "ds", "val": "ds", "nc": 3, "names": ["a", "b"]}, "nc is 3 but 2 names"),
+        ({"train": "ds", "val": "ds", "names": {0: "a", 2: "b"}}, "none missing"),
+        ({"train": "ds", "val": "nowhere", "names": ["a"]}, "nowhere does not exist and d.yaml has no 'download'"),
+        ({"names": ["a"]}, "needs 'train'"),
+        ({"train": "ds", "val": "no", "names": ["a"], "download": "import os; os.system('echo hi')"}, "never run"),
+    ],
+)
 def test_bad_data_config(tmp_path, data, message):
     (tmp_path / "ds").mkdir()
     with pytest.raises(DatasetError, match=message):
@@ -359,7 +395,7 @@ def test_coco128_yaml_resolves_beside_repo_and_downloads(monkeypatch):
         pytest.skip("../datasets/coco128 exists here, so nothing would be downloaded")
     with pytest.raises(DatasetError, match="still incomplete"):
         load_data_config("coco128.yaml")  # a bare name resolves to data/
-    (spec, root), = calls
+    ((spec, root),) = calls
     assert spec == "https://github.com/ultralytics/assets/releases/download/v0.0.0/coco128.zip"
     assert root == (datasets.ROOT.parent / "datasets" / "coco128").resolve()
     data = yaml.safe_load((datasets.ROOT / "data" / "coco128.yaml").read_text())
@@ -382,7 +418,12 @@ def test_hyp_files():
     scratch, finetune = load_hyp("hyp.scratch.yaml"), load_hyp("data/hyp.finetune.yaml")
     assert tuple(scratch) == HYP_KEYS and set(finetune) == set(HYP_KEYS)
     assert (scratch["lr0"], scratch["lrf"], scratch["momentum"], scratch["mosaic"], scratch["fliplr"]) == (
-        0.01, 0.01, 0.937, 1.0, 0.5)
+        0.01,
+        0.01,
+        0.937,
+        1.0,
+        0.5,
+    )
     assert (finetune["lr0"], finetune["anchor_t"], finetune["mixup"]) == (0.0032, 2.91, 0.243)
     for name in ("hyp.scratch.yaml", "hyp.finetune.yaml"):  # every key is documented
         lines = [ln for ln in (datasets.ROOT / "data" / name).read_text().splitlines() if ln and ln[0].isalpha()]
@@ -408,8 +449,14 @@ def test_coco128_from_shared(shared, cache_dir, log):
     root = shared / "datasets" / "coco128"
     labels_dir = root / "labels"
     before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in labels_dir.iterdir()}
-    cfg = {"path": str(root), "train": "images/train2017", "val": "images/train2017", "nc": 80,
-           "names": [str(i) for i in range(80)], "ann_json": "annotations/instances_train2017.json"}
+    cfg = {
+        "path": str(root),
+        "train": "images/train2017",
+        "val": "images/train2017",
+        "nc": 80,
+        "names": [str(i) for i in range(80)],
+        "ann_json": "annotations/instances_train2017.json",
+    }
     tmp_yaml = cache_dir.parent / "coco128_shared.yaml"
     cfg = load_data_config(write_yaml(tmp_yaml, cfg))
     assert Path(cfg["ann_json"]).is_file()

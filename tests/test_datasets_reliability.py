@@ -53,8 +53,13 @@ def commands(marker: Path) -> list:
 def test_download_command_is_never_run(tmp_path, index):
     marker = tmp_path / "marker"
     spec = commands(marker)[index]
-    data = {"path": str(tmp_path / "ds"), "train": "images/train", "val": "images/val", "names": ["a"],
-            "download": spec}
+    data = {
+        "path": str(tmp_path / "ds"),
+        "train": "images/train",
+        "val": "images/val",
+        "names": ["a"],
+        "download": spec,
+    }
     with pytest.raises(DatasetError) as e:
         load_data_config(write_yaml(tmp_path / "d.yaml", data))
     assert not marker.exists()
@@ -67,12 +72,18 @@ def test_download_command_is_never_run_by_test_py(tmp_path, log):
     marker = tmp_path / "marker"
     specs = (f"bash touch {marker}", f"bash -c 'touch {marker}'", f"import os\nos.system('touch {marker}')\n")
     for i, spec in enumerate(specs):
-        data = {"path": str(tmp_path / "ds"), "train": "images/train", "val": "images/val", "names": ["a"],
-                "download": spec}
+        data = {
+            "path": str(tmp_path / "ds"),
+            "train": "images/train",
+            "val": "images/val",
+            "names": ["a"],
+            "download": spec,
+        }
         yaml_file = write_yaml(tmp_path / f"d{i}.yaml", data)
         log.clear()
-        rc = test_cli.main(["--data", str(yaml_file), "--weights", str(tmp_path / "w.pt"),
-                            "--project", str(tmp_path / "runs")])
+        rc = test_cli.main(
+            ["--data", str(yaml_file), "--weights", str(tmp_path / "w.pt"), "--project", str(tmp_path / "runs")]
+        )
         errors = [r.getMessage() for r in log.records if r.levelno >= logging.ERROR]
         assert not marker.exists()
         assert rc == 1 and len(errors) == 1 and "\n" not in errors[0], errors
@@ -93,13 +104,16 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.
     return info
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (member("../evil.txt"), "outside"),
-    (member("/tmp/evil-abs.txt"), "outside"),
-    (member("ds/link", tarfile.SYMTYPE, "/etc/passwd"), "link"),
-    (member("ds/hard", tarfile.LNKTYPE, "ds/a.txt"), "link"),
-    (member("ds/dev", tarfile.CHRTYPE), "special"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (member("../evil.txt"), "outside"),
+        (member("/tmp/evil-abs.txt"), "outside"),
+        (member("ds/link", tarfile.SYMTYPE, "/etc/passwd"), "link"),
+        (member("ds/hard", tarfile.LNKTYPE, "ds/a.txt"), "link"),
+        (member("ds/dev", tarfile.CHRTYPE), "special"),
+    ],
+)
 def test_unsafe_tar_members_refused(tmp_path, bad, reason):
     archive = tmp_path / "data.tar.gz"
     archive.write_bytes(tar_bytes([member("ds/a.txt"), bad]))
@@ -115,7 +129,7 @@ def test_unsafe_zip_members_refused(tmp_path):
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("ds/a.txt", "x")
         link = zipfile.ZipInfo("ds/link")
-        link.external_attr = (0o120777 << 16)  # a symbolic link (S_IFLNK)
+        link.external_attr = 0o120777 << 16  # a symbolic link (S_IFLNK)
         zf.writestr(link, "/etc/passwd")
     with pytest.raises(DatasetError, match="is a link"):
         datasets.unzip(archive, tmp_path / "out")
@@ -147,9 +161,18 @@ def test_archive_url_downloaded_and_extracted_beside_root(tmp_path, monkeypatch,
 
     monkeypatch.setattr(datasets, "safe_download", fake_download)
     root = tmp_path / "datasets" / "ds"
-    cfg = load_data_config(write_yaml(tmp_path / "d.yaml", {
-        "path": str(root), "train": "images/train", "val": "images/train", "names": ["a"],
-        "download": f"https://example.com/files/ds{suffix}?raw=1"}))
+    cfg = load_data_config(
+        write_yaml(
+            tmp_path / "d.yaml",
+            {
+                "path": str(root),
+                "train": "images/train",
+                "val": "images/train",
+                "names": ["a"],
+                "download": f"https://example.com/files/ds{suffix}?raw=1",
+            },
+        )
+    )
     assert fetched == [f"https://example.com/files/ds{suffix}?raw=1"]
     assert (Path(cfg["train"]) / "a.jpg").read_bytes() == (src / "a.jpg").read_bytes()
     assert sorted(p.name for p in (tmp_path / "datasets").iterdir()) == ["ds"]  # the archive is removed
@@ -207,8 +230,12 @@ def test_training_refuses_dataset_without_labels(tmp_path, log):
 def test_writable_dataset_gets_only_our_cache_and_yolov5_cache_untouched(tmp_path, monkeypatch):
     monkeypatch.delenv("YOLO_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    images = make_dataset(tmp_path / "ds", {"a.jpg": grey(), "b.jpg": grey()},
-                          {"a": "0 0.5 0.5 0.2 0.2\n", "b": "0 0.4 0.4 0.2 0.2\n"}, split="train2017")
+    images = make_dataset(
+        tmp_path / "ds",
+        {"a.jpg": grey(), "b.jpg": grey()},
+        {"a": "0 0.5 0.5 0.2 0.2\n", "b": "0 0.4 0.4 0.2 0.2\n"},
+        split="train2017",
+    )
     v5 = tmp_path / "ds" / "labels" / "train2017.cache"
     with open(v5, "wb") as f:  # a YOLOv5 cache (pickled dict) claiming other labels
         np.save(f, np.array({"hash": "x", "version": 0.7, "msgs": [], "results": (0, 0, 0, 0, 0)}), allow_pickle=True)
@@ -218,7 +245,10 @@ def test_writable_dataset_gets_only_our_cache_and_yolov5_cache_untouched(tmp_pat
         ds = LoadImagesAndLabels(images, img_size=64)
         assert [len(lb) for lb in ds.labels] == [1, 1]
     assert sorted(p.name for p in (tmp_path / "ds" / "labels").iterdir()) == [
-        "train2017", "train2017.cache", "train2017.yolo-labels.npz"]
+        "train2017",
+        "train2017.cache",
+        "train2017.yolo-labels.npz",
+    ]
     assert (v5.read_bytes(), v5.stat().st_mtime_ns) == before
     with np.load(tmp_path / "ds" / "labels" / "train2017.yolo-labels.npz", allow_pickle=False) as z:
         assert int(z["counts"].sum()) == 2
@@ -253,7 +283,7 @@ def test_coco128_rect_batches_follow_numpy_argsort(shared):
     assert ds.im_files == [files[i] for i in order]
     shapes = []
     for b in range(0, len(order), 16):
-        a = ar[order[b:b + 16]]
+        a = ar[order[b : b + 16]]
         shapes.append((a.max(), 1) if a.max() < 1 else (1, 1 / a.min()) if a.min() > 1 else (1, 1))
     expected = np.ceil(np.array(shapes) * 640 / 32 + 0.5).astype(int) * 32
     assert ds.batch_shapes.tolist() == expected.tolist()
@@ -293,12 +323,36 @@ def test_coco128_ap_matches_official_predictions(shared, tmp_path):
     root = shared / "datasets" / "coco128"
     ann_json = root / "annotations" / "instances_train2017.json"
     names = yaml.safe_load((datasets.ROOT / "data" / "coco128.yaml").read_text())["names"]
-    data = write_yaml(tmp_path / "coco128.yaml", {"path": str(root), "train": "images/train2017",
-                                                   "val": "images/train2017", "names": names,
-                                                   "ann_json": "annotations/instances_train2017.json"})
-    rc = test_cli.main(["--data", str(data), "--weights", str(shared / "weights" / "yolov5n.pt"), "--img", "640",
-                        "--batch-size", "16", "--save-json", "--no-plots", "--workers", "0",
-                        "--project", str(tmp_path / "runs"), "--name", "exp"])
+    data = write_yaml(
+        tmp_path / "coco128.yaml",
+        {
+            "path": str(root),
+            "train": "images/train2017",
+            "val": "images/train2017",
+            "names": names,
+            "ann_json": "annotations/instances_train2017.json",
+        },
+    )
+    rc = test_cli.main(
+        [
+            "--data",
+            str(data),
+            "--weights",
+            str(shared / "weights" / "yolov5n.pt"),
+            "--img",
+            "640",
+            "--batch-size",
+            "16",
+            "--save-json",
+            "--no-plots",
+            "--workers",
+            "0",
+            "--project",
+            str(tmp_path / "runs"),
+            "--name",
+            "exp",
+        ]
+    )
     assert rc == 0
     ap, ap50 = json.loads((tmp_path / "runs" / "exp" / "results.json").read_text())["pycocotools"]["stats"][:2]
     official = json.loads((shared / "reference" / "coco128_yolov5n_640_predictions.json").read_text())
@@ -331,8 +385,9 @@ def test_image_list_with_utf8_bom_or_nul(tmp_path):
 
 
 def test_unreadable_label_files_skip_their_image(tmp_path, log):
-    images = make_dataset(tmp_path, {"good.jpg": grey(), "dir.jpg": grey(), "latin.jpg": grey()},
-                          {"good": "0 0.5 0.5 0.2 0.2\n"})
+    images = make_dataset(
+        tmp_path, {"good.jpg": grey(), "dir.jpg": grey(), "latin.jpg": grey()}, {"good": "0 0.5 0.5 0.2 0.2\n"}
+    )
     (tmp_path / "labels" / "train" / "dir.txt").mkdir()  # a folder where the label file should be
     (tmp_path / "labels" / "train" / "latin.txt").write_bytes("0 0.5 0.5 0.2 0.2 # caf\xe9\n".encode("latin-1"))
     ds = LoadImagesAndLabels(images, img_size=64)
@@ -356,25 +411,28 @@ def test_odd_images_skipped(tmp_path, log):
     assert "1 images, 0 backgrounds, 3 corrupt" in log.text
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"nc": "abc", "names": None}, "'nc' must be a positive integer"),
-    ({"nc": 0}, "'nc' must be a positive integer"),
-    ({"nc": 2.0, "names": ["a", "b"]}, "'nc' must be a positive integer"),
-    ({"nc": 10**12, "names": None}, "more than 100000 classes"),
-    ({"names": []}, "needs 'names'|'names' is empty"),
-    ({"names": "abc"}, "'names' must be a list"),
-    ({"train": 3.5}, "'train' must be a path or a list of paths"),
-    ({"train": True}, "'train' must be a path or a list of paths"),
-    ({"val": {"a": 1}}, "'val' must be a path or a list of paths"),
-    ({"val": ["images", None]}, "'val' must be a path or a list of paths"),
-    ({"val": []}, "'val' must be a path or a list of paths"),
-    ({"path": ["a", "b"]}, "'path' must be a folder path"),
-    ({"path": 5}, "'path' must be a folder path"),
-    ({"path": "a\0b"}, "'path' must be a folder path"),
-    ({"ann_json": 7.5}, "'ann_json' must be a path"),
-    ({"val": ["images", "missing"]}, "missing does not exist"),
-    ({"train": 2017}, "2017 does not exist"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"nc": "abc", "names": None}, "'nc' must be a positive integer"),
+        ({"nc": 0}, "'nc' must be a positive integer"),
+        ({"nc": 2.0, "names": ["a", "b"]}, "'nc' must be a positive integer"),
+        ({"nc": 10**12, "names": None}, "more than 100000 classes"),
+        ({"names": []}, "needs 'names'|'names' is empty"),
+        ({"names": "abc"}, "'names' must be a list"),
+        ({"train": 3.5}, "'train' must be a path or a list of paths"),
+        ({"train": True}, "'train' must be a path or a list of paths"),
+        ({"val": {"a": 1}}, "'val' must be a path or a list of paths"),
+        ({"val": ["images", None]}, "'val' must be a path or a list of paths"),
+        ({"val": []}, "'val' must be a path or a list of paths"),
+        ({"path": ["a", "b"]}, "'path' must be a folder path"),
+        ({"path": 5}, "'path' must be a folder path"),
+        ({"path": "a\0b"}, "'path' must be a folder path"),
+        ({"ann_json": 7.5}, "'ann_json' must be a path"),
+        ({"val": ["images", "missing"]}, "missing does not exist"),
+        ({"train": 2017}, "2017 does not exist"),
+    ],
+)
 def test_malformed_data_yaml_is_one_line(tmp_path, data, message):
     make_dataset(tmp_path, {"a.jpg": grey()}, {}, split="x")
     base = {"path": str(tmp_path), "train": "images", "val": "images", "names": ["a"]}
@@ -383,13 +441,16 @@ def test_malformed_data_yaml_is_one_line(tmp_path, data, message):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("lr0", -0.01, "lr0 must be >= 0"),
-    ("mosaic", 1.5, "mosaic must be in \\[0, 1\\]"),
-    ("fliplr", -0.5, "fliplr must be in \\[0, 1\\]"),
-    ("anchors", -1, "anchors must be >= 0"),
-    ("anchors", [10, 13], "anchors must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("lr0", -0.01, "lr0 must be >= 0"),
+        ("mosaic", 1.5, "mosaic must be in \\[0, 1\\]"),
+        ("fliplr", -0.5, "fliplr must be in \\[0, 1\\]"),
+        ("anchors", -1, "anchors must be >= 0"),
+        ("anchors", [10, 13], "anchors must be a finite number"),
+    ],
+)
 def test_out_of_range_hyp_is_one_line(tmp_path, key, value, message):
     hyp = {**load_hyp("hyp.scratch.yaml"), key: value}
     with pytest.raises(DatasetError, match=message) as e:

@@ -20,14 +20,17 @@ WEIGHTS = SHARED / "weights" / "yolov5n.pt"
 IMAGES = SHARED / "images"
 REFERENCE = SHARED / "reference" / "detect_yolov5n_640_labels"
 
-needs_shared = pytest.mark.skipif(not (WEIGHTS.is_file() and IMAGES.is_dir() and REFERENCE.is_dir()),
-                                  reason="../shared (yolov5n.pt, images, reference labels) is not available")
+needs_shared = pytest.mark.skipif(
+    not (WEIGHTS.is_file() and IMAGES.is_dir() and REFERENCE.is_dir()),
+    reason="../shared (yolov5n.pt, images, reference labels) is not available",
+)
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """python detect.py ARGS in cwd; stdout and stderr together."""
-    return subprocess.run([sys.executable, str(ROOT / "detect.py"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "detect.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def _read_labels(file: Path) -> np.ndarray:
@@ -103,8 +106,9 @@ def test_folder_with_corrupt_images_processes_the_rest(tmp_path, log):
     data = (IMAGES / "zidane.jpg").read_bytes()
     (source / "cut.jpg").write_bytes(data[: len(data) // 3])
     (source / "noise.png").write_bytes(os.urandom(500))
-    out = detect.run(weights=str(WEIGHTS), source=str(source), project=tmp_path / "runs", save_crop=True,
-                     hide_conf=True)
+    out = detect.run(
+        weights=str(WEIGHTS), source=str(source), project=tmp_path / "runs", save_crop=True, hide_conf=True
+    )
     assert [Path(r.path).name for r in out.results] == ["bus.jpg"]
     assert sorted(Path(p).name for p in out.skipped) == ["cut.jpg", "noise.png"]
     warnings = [line for line in log.messages if line.startswith("WARNING: skipping")]
@@ -165,14 +169,17 @@ def test_cli_truncated_weights(tmp_path):
 
 
 @needs_shared
-@pytest.mark.parametrize("case, expected", [
-    ("missing_source", "source not found"),
-    ("empty_dir", "is empty"),
-    ("unsupported", "unsupported file type"),
-    ("all_corrupt", "could be read"),
-    ("foreign_weights", "not a YOLO checkpoint"),
-    ("missing_weights", "weights file not found"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("missing_source", "source not found"),
+        ("empty_dir", "is empty"),
+        ("unsupported", "unsupported file type"),
+        ("all_corrupt", "could be read"),
+        ("foreign_weights", "not a YOLO checkpoint"),
+        ("missing_weights", "weights file not found"),
+    ],
+)
 def test_main_bad_inputs_exit_1(tmp_path, log, case, expected):
     source, weights = tmp_path / "in", WEIGHTS
     source.mkdir()
@@ -252,8 +259,9 @@ def test_save_one_box_crops_and_never_overwrites(tmp_path):
 def test_plot_images_labels_and_predictions(tmp_path):
     images = torch.full((3, 3, 64, 96), 0.5)  # float in [0, 1]
     labels = torch.tensor([[0, 1, 0.5, 0.5, 0.5, 0.5], [2, 0, 0.25, 0.25, 0.2, 0.2]])
-    mosaic = plot_images(images, labels, paths=["a.jpg", "b.jpg", "c.jpg"], fname=tmp_path / "labels.jpg",
-                         names=["person", "bicycle"])
+    mosaic = plot_images(
+        images, labels, paths=["a.jpg", "b.jpg", "c.jpg"], fname=tmp_path / "labels.jpg", names=["person", "bicycle"]
+    )
     assert (tmp_path / "labels.jpg").is_file() and mosaic.shape == (128, 192, 3)
     assert mosaic[32, 24].tolist() != mosaic[10, 140].tolist()  # box edge in tile 0 differs from plain grey
     # Predictions in pixels with confidences; the one below 0.25 is not drawn.

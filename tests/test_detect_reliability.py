@@ -126,20 +126,33 @@ def test_crop_folders_stay_inside_crops():
 # --- item 5: option ranges, at parse time and in run() -------------------------------------------------------
 
 
-@pytest.mark.parametrize("flag, value, expected", [
-    ("--conf-thres", "2", "must be in [0, 1]"),
-    ("--iou-thres", "5", "must be in [0, 1]"),
-    ("--conf-thres", "nan", "finite"),
-    ("--max-det", "-3", ">= 1"),
-    ("--max-det", "0", ">= 1"),
-    ("--vid-stride", "0", ">= 1"),
-    ("--img-size", "-5", "in [1, 8192]"),
-    ("--classes", "-1", ">= 0"),
-    ("--line-thickness", "0", "in [1, 100]"),
-])
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--conf-thres", "2", "must be in [0, 1]"),
+        ("--iou-thres", "5", "must be in [0, 1]"),
+        ("--conf-thres", "nan", "finite"),
+        ("--max-det", "-3", ">= 1"),
+        ("--max-det", "0", ">= 1"),
+        ("--vid-stride", "0", ">= 1"),
+        ("--img-size", "-5", "in [1, 8192]"),
+        ("--classes", "-1", ">= 0"),
+        ("--line-thickness", "0", "in [1, 100]"),
+    ],
+)
 def test_out_of_range_flags_are_refused_at_parsing(shared, tmp_path, capsys, flag, value, expected):
-    argv = ["--weights", str(shared / "weights" / "yolov5n.pt"), "--source", str(shared / "images" / "bus.jpg"),
-            "--project", str(tmp_path / "runs"), "--img", "64", flag, value]
+    argv = [
+        "--weights",
+        str(shared / "weights" / "yolov5n.pt"),
+        "--source",
+        str(shared / "images" / "bus.jpg"),
+        "--project",
+        str(tmp_path / "runs"),
+        "--img",
+        "64",
+        flag,
+        value,
+    ]
     with pytest.raises(SystemExit) as info:
         detect.main(argv)
     err = capsys.readouterr().err.strip()
@@ -157,25 +170,42 @@ def test_three_image_sizes_is_one_line(capsys):
 @pytest.mark.parametrize("value", ["-4", "40000"])
 def test_line_thickness_out_of_range_is_one_line_not_a_crash(shared, tmp_path, value):
     # -4 used to kill Python inside OpenCV (exit 139) and 40000 was a cv2 traceback: a subprocess survives both.
-    result = subprocess.run([sys.executable, str(ROOT / "detect.py"), "--weights",
-                             str(shared / "weights" / "yolov5n.pt"), "--source", str(shared / "images" / "bus.jpg"),
-                             "--img", "320", "--line-thickness", value], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "detect.py"),
+            "--weights",
+            str(shared / "weights" / "yolov5n.pt"),
+            "--source",
+            str(shared / "images" / "bus.jpg"),
+            "--img",
+            "320",
+            "--line-thickness",
+            value,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = (result.stdout + result.stderr).strip()
     assert result.returncode == 2 and "Traceback" not in out and "\n" not in out, out
     assert out.startswith("ERROR: argument --line-thickness: must be an integer in [1, 100]"), out
 
 
-@pytest.mark.parametrize("kwargs, expected", [
-    ({"conf_thres": 2.0}, "--conf-thres"),
-    ({"iou_thres": -0.1}, "--iou-thres"),
-    ({"max_det": 0}, "--max-det"),
-    ({"line_thickness": -4}, "--line-thickness"),
-    ({"vid_stride": 0}, "--vid-stride"),
-    ({"imgsz": (640, -1)}, "--img-size"),
-    ({"imgsz": (320, 320, 3)}, "--img-size (imgsz=) takes one or two values, got 3"),
-    ({"classes": [0, -2]}, "--classes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"conf_thres": 2.0}, "--conf-thres"),
+        ({"iou_thres": -0.1}, "--iou-thres"),
+        ({"max_det": 0}, "--max-det"),
+        ({"line_thickness": -4}, "--line-thickness"),
+        ({"vid_stride": 0}, "--vid-stride"),
+        ({"imgsz": (640, -1)}, "--img-size"),
+        ({"imgsz": (320, 320, 3)}, "--img-size (imgsz=) takes one or two values, got 3"),
+        ({"classes": [0, -2]}, "--classes"),
+    ],
+)
 def test_run_checks_the_same_ranges(shared, tmp_path, kwargs, expected):
     with pytest.raises(detect.DetectError) as info:
         _run(shared, shared / "images" / "bus.jpg", tmp_path, **kwargs)
@@ -189,8 +219,20 @@ def test_run_takes_one_class_id_as_an_int(shared, tmp_path):
 
 
 def test_class_ids_beyond_the_model_are_refused(shared, tmp_path, log):
-    argv = ["--weights", str(shared / "weights" / "yolov5n.pt"), "--source", str(shared / "images" / "bus.jpg"),
-            "--project", str(tmp_path / "runs"), "--img", "64", "--classes", "0", "999", "80"]
+    argv = [
+        "--weights",
+        str(shared / "weights" / "yolov5n.pt"),
+        "--source",
+        str(shared / "images" / "bus.jpg"),
+        "--project",
+        str(tmp_path / "runs"),
+        "--img",
+        "64",
+        "--classes",
+        "0",
+        "999",
+        "80",
+    ]
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert errors == ["ERROR: --classes 80 999: this model's class ids are in [0, 80)"]
@@ -223,8 +265,16 @@ def test_annotated_image_in_a_format_opencv_cannot_write(shared, tmp_path):
 def test_project_that_is_a_file_is_one_line(shared, tmp_path, log):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    argv = ["--weights", str(shared / "weights" / "yolov5n.pt"), "--source", str(shared / "images" / "bus.jpg"),
-            "--project", str(blocker), "--img", "64"]
+    argv = [
+        "--weights",
+        str(shared / "weights" / "yolov5n.pt"),
+        "--source",
+        str(shared / "images" / "bus.jpg"),
+        "--project",
+        str(blocker),
+        "--img",
+        "64",
+    ]
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert errors == [f"ERROR: cannot create the output folder {blocker / 'exp'}: Not a directory"]
@@ -248,13 +298,24 @@ def test_long_file_names_get_shorter_output_names(shared, tmp_path, log):
     assert sum(f"are saved as {short}.* (its name is too long)" in m for m in log.messages) == 1
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("", "--source is empty"),
-    ("x" * 10_000 + ".jpg", "File name too long"),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("", "--source is empty"),
+        ("x" * 10_000 + ".jpg", "File name too long"),
+    ],
+)
 def test_bad_source_strings_are_one_line(shared, tmp_path, log, source, expected):
-    argv = ["--weights", str(shared / "weights" / "yolov5n.pt"), "--source", source,
-            "--project", str(tmp_path / "runs"), "--img", "64"]
+    argv = [
+        "--weights",
+        str(shared / "weights" / "yolov5n.pt"),
+        "--source",
+        source,
+        "--project",
+        str(tmp_path / "runs"),
+        "--img",
+        "64",
+    ]
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert len(errors) == 1 and expected in errors[0] and len(errors[0]) < 300, errors
@@ -262,8 +323,16 @@ def test_bad_source_strings_are_one_line(shared, tmp_path, log, source, expected
 
 
 def test_offline_url_source_is_one_line(shared, tmp_path, log):
-    argv = ["--weights", str(shared / "weights" / "yolov5n.pt"), "--source", "http://127.0.0.1:9/nothing_here.jpg",
-            "--project", str(tmp_path / "runs"), "--img", "64"]
+    argv = [
+        "--weights",
+        str(shared / "weights" / "yolov5n.pt"),
+        "--source",
+        "http://127.0.0.1:9/nothing_here.jpg",
+        "--project",
+        str(tmp_path / "runs"),
+        "--img",
+        "64",
+    ]
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert len(errors) == 1 and "cannot download http://127.0.0.1:9/nothing_here.jpg" in errors[0], errors

@@ -14,7 +14,6 @@ HYP = {"box": 0.05, "obj": 1.0, "cls": 0.5, "cls_pw": 1.0, "obj_pw": 1.0, "ancho
 LOG2 = math.log(2)
 
 
-
 class _Detect(nn.Module):
     """The attributes ComputeLoss reads from a Detect head, for a hand-sized one-level grid."""
 
@@ -180,8 +179,9 @@ def test_ciou_agrees_with_torchvision_except_degenerate_boxes():
     flat = torch.tensor([[1.0, 1.0, 0.0, 0.0]])  # a width/height prediction that underflowed to zero
     other = torch.tensor([[1.0, 1.0, 2.0, 2.0]])
     assert torch.isfinite(bbox_iou(flat, other)).all()
-    assert not torch.isfinite(1 - torchvision.ops.complete_box_iou_loss(to_xyxy(flat, "cxcywh", "xyxy"),
-                                                                        to_xyxy(other, "cxcywh", "xyxy"))).all()
+    assert not torch.isfinite(
+        1 - torchvision.ops.complete_box_iou_loss(to_xyxy(flat, "cxcywh", "xyxy"), to_xyxy(other, "cxcywh", "xyxy"))
+    ).all()
 
 
 def test_gradients_flow_through_a_real_model():

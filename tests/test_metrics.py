@@ -69,8 +69,19 @@ def random_case(seed: int, n_images: int = 40, nc: int = 5) -> dict:
             det_cls = np.concatenate((det_cls, np.zeros(extra, int)))
         scores = rng.integers(1, 33, len(det_cls)) / 32  # few distinct values: many ties, exact in 5 decimals
         det_xyxy = np.concatenate((det_xywh[:, :2], det_xywh[:, :2] + det_xywh[:, 2:]), 1)
-        images.append(dict(id=int(image_id), gt_xyxy=gt_xyxy, gt_cls=gt_cls, crowd=crowd, area=area,
-                           det_xyxy=det_xyxy, det_xywh=det_xywh, scores=scores, det_cls=det_cls))
+        images.append(
+            dict(
+                id=int(image_id),
+                gt_xyxy=gt_xyxy,
+                gt_cls=gt_cls,
+                crowd=crowd,
+                area=area,
+                det_xyxy=det_xyxy,
+                det_xywh=det_xywh,
+                scores=scores,
+                det_cls=det_cls,
+            )
+        )
     return {"nc": nc, "images": images}
 
 
@@ -78,8 +89,16 @@ def fill(case: dict, use_areas: bool = True) -> CocoEvaluator:
     nc = case["nc"]
     ev = CocoEvaluator([f"class{c}" for c in range(nc)], category_ids=[c + 1 for c in range(nc)])
     for im in case["images"]:
-        ev.add(im["id"], im["gt_xyxy"], im["gt_cls"], im["det_xyxy"], im["scores"], im["det_cls"],
-               gt_areas=im["area"] if use_areas else None, gt_crowd=im["crowd"])
+        ev.add(
+            im["id"],
+            im["gt_xyxy"],
+            im["gt_cls"],
+            im["det_xyxy"],
+            im["scores"],
+            im["det_cls"],
+            gt_areas=im["area"] if use_areas else None,
+            gt_crowd=im["crowd"],
+        )
     return ev
 
 
@@ -90,9 +109,16 @@ def reference_inputs(case: dict, use_areas: bool = True) -> tuple[dict, list]:
         images.append({"id": im["id"]})
         for box, c, cr, a in zip(im["gt_xyxy"], im["gt_cls"], im["crowd"], im["area"]):
             w, h = box[2] - box[0], box[3] - box[1]
-            annotations.append({"id": len(annotations) + 1, "image_id": im["id"], "category_id": int(c) + 1,
-                                "bbox": [box[0], box[1], w, h], "area": a if use_areas else w * h,
-                                "iscrowd": int(cr)})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": im["id"],
+                    "category_id": int(c) + 1,
+                    "bbox": [box[0], box[1], w, h],
+                    "area": a if use_areas else w * h,
+                    "iscrowd": int(cr),
+                }
+            )
         for box, c, s in zip(im["det_xywh"], im["det_cls"], im["scores"]):
             predictions.append({"image_id": im["id"], "category_id": int(c) + 1, "bbox": box.tolist(), "score": s})
     categories = [{"id": c + 1, "name": f"class{c}"} for c in range(case["nc"])]
@@ -203,8 +229,15 @@ def test_precision_recall_at_best_f1():
 def test_crowd_regions_are_ignored_not_false_positives():
     ev = CocoEvaluator(["person"])
     crowd_region = [100, 100, 200, 200]
-    ev.add(1, [[0, 0, 10, 10], crowd_region], [0, 0], [[0, 0, 10, 10], [110, 110, 150, 150]], [0.9, 0.8], [0, 0],
-           gt_crowd=[False, True])
+    ev.add(
+        1,
+        [[0, 0, 10, 10], crowd_region],
+        [0, 0],
+        [[0, 0, 10, 10], [110, 110, 150, 150]],
+        [0.9, 0.8],
+        [0, 0],
+        gt_crowd=[False, True],
+    )
     m = ev.evaluate(confusion=True)
     assert m.stats[0] == pytest.approx(1.0) and m.precision[0] == 1.0 and m.instances[0] == 1
     assert m.confusion.tolist() == [[1, 0], [0, 0]]  # neither the region nor the detection on it count
@@ -214,12 +247,14 @@ def test_confusion_matrix():
     cm = ConfusionMatrix(nc=2)
     a, b, c = [0, 0, 10, 10], [20, 20, 30, 30], [40, 40, 50, 50]
     labels = np.array([[0, *a], [1, *b], [1, *c]], float)
-    detections = np.array([
-        [*a, 0.9, 0],  # correct
-        [*b, 0.9, 0],  # class 1 predicted as 0
-        [60, 60, 70, 70, 0.9, 1],  # nothing there: background predicted as 1
-        [*c, 0.1, 1],  # below conf 0.25: not counted, so c is missed
-    ])
+    detections = np.array(
+        [
+            [*a, 0.9, 0],  # correct
+            [*b, 0.9, 0],  # class 1 predicted as 0
+            [60, 60, 70, 70, 0.9, 1],  # nothing there: background predicted as 1
+            [*c, 0.1, 1],  # below conf 0.25: not counted, so c is missed
+        ]
+    )
     cm.process_batch(detections, labels)
     expected = np.zeros((3, 3), int)
     expected[0, 0] = expected[0, 1] = expected[1, 2] = expected[2, 1] = 1
@@ -249,13 +284,22 @@ def test_degenerate_inputs():
 
 
 def test_bad_json_inputs(tmp_path):
-    gt = {"images": [{"id": 1}, {"id": 2}], "categories": [{"id": 1, "name": "a"}],
-          "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "area": 100}]}
+    gt = {
+        "images": [{"id": 1}, {"id": 2}],
+        "categories": [{"id": 1, "name": "a"}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "area": 100}],
+    }
     gt_path = tmp_path / "gt.json"
     gt_path.write_text(json.dumps(gt))
     pred_path = tmp_path / "pred.json"
-    pred_path.write_text(json.dumps([{"image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "score": 0.9},
-                                     {"image_id": 77, "category_id": 1, "bbox": [0, 0, 10, 10], "score": 0.9}]))
+    pred_path.write_text(
+        json.dumps(
+            [
+                {"image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "score": 0.9},
+                {"image_id": 77, "category_id": 1, "bbox": [0, 0, 10, 10], "score": 0.9},
+            ]
+        )
+    )
     with pytest.raises(MetricsError, match="1 image id.*not in.*e.g. 77"):
         evaluate_coco_json(gt_path, pred_path)
     with pytest.raises(MetricsError, match="not found"):
@@ -283,8 +327,13 @@ def test_charts(tmp_path):
 
     m = fill(random_case(3, n_images=15)).evaluate(confusion=True)
     files = plot_evaluation(m, tmp_path / "run")
-    assert sorted(f.name for f in files) == ["F1_curve.png", "PR_curve.png", "P_curve.png", "R_curve.png",
-                                             "confusion_matrix.png"]
+    assert sorted(f.name for f in files) == [
+        "F1_curve.png",
+        "PR_curve.png",
+        "P_curve.png",
+        "R_curve.png",
+        "confusion_matrix.png",
+    ]
     assert all(f.stat().st_size > 10_000 and f.read_bytes()[:4] == b"\x89PNG" for f in files)
 
 
@@ -293,8 +342,14 @@ def test_torch_inputs_match_numpy():
     case = random_case(4, n_images=10)
     ev = CocoEvaluator([f"class{c}" for c in range(case["nc"])], category_ids=[c + 1 for c in range(case["nc"])])
     for im in case["images"]:  # what test.py hands over: float32 tensors, class indices as floats
-        ev.add(im["id"], torch.tensor(im["gt_xyxy"]), torch.tensor(im["gt_cls"], dtype=torch.float32),
-               torch.tensor(im["det_xyxy"], dtype=torch.float32), torch.tensor(im["scores"], dtype=torch.float32),
-               torch.tensor(im["det_cls"], dtype=torch.float32), gt_areas=torch.tensor(im["area"]),
-               gt_crowd=torch.tensor(im["crowd"]))
+        ev.add(
+            im["id"],
+            torch.tensor(im["gt_xyxy"]),
+            torch.tensor(im["gt_cls"], dtype=torch.float32),
+            torch.tensor(im["det_xyxy"], dtype=torch.float32),
+            torch.tensor(im["scores"], dtype=torch.float32),
+            torch.tensor(im["det_cls"], dtype=torch.float32),
+            gt_areas=torch.tensor(im["area"]),
+            gt_crowd=torch.tensor(im["crowd"]),
+        )
     np.testing.assert_array_equal(ev.evaluate().stats, fill(case).evaluate().stats)

@@ -157,13 +157,16 @@ def _touch(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda d: d / "missing.jpg", "not found"),
-    (lambda d: d, "is empty"),
-    (lambda d: _touch(d / "x.xyz"), "unsupported file type '.xyz'"),
-    (lambda d: _touch(d / "readme.md").parent, "no supported images or videos"),
-    (lambda d: d / "nothing" / "*.jpg", "no files match"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "missing.jpg", "not found"),
+        (lambda d: d, "is empty"),
+        (lambda d: _touch(d / "x.xyz"), "unsupported file type '.xyz'"),
+        (lambda d: _touch(d / "readme.md").parent, "no supported images or videos"),
+        (lambda d: d / "nothing" / "*.jpg", "no files match"),
+    ],
+)
 def test_bad_sources_raise_one_line(tmp_path, make, message):
     with pytest.raises(SourceError) as info:
         load_sources(make(tmp_path), 64)
@@ -292,8 +295,10 @@ def test_video_cut_short_is_warned_about(tmp_path, log):
     read = len(list(LoadImages(cut, 64)))
     assert 0 < read < 20
     warnings = [m for m in log.messages if m.startswith("WARNING")]
-    assert warnings == [f"WARNING: video {cut} ended early: read {read} of the 20 frames its header announces "
-                        "(file cut short or damaged?)"]
+    assert warnings == [
+        f"WARNING: video {cut} ended early: read {read} of the 20 frames its header announces "
+        "(file cut short or damaged?)"
+    ]
 
 
 def test_list_entries_resolve_from_the_current_directory(tmp_path, monkeypatch):
@@ -323,8 +328,10 @@ def test_image_too_thin_to_letterbox_is_skipped(tmp_path, log):
     _write(tmp_path / "ok.png", np.full((2, 60, 3), 100, np.uint8))
     loader = LoadImages(tmp_path, img_size=64)
     assert [Path(p).name for p, *_ in loader] == ["ok.png"] and [Path(p).name for p in loader.skipped] == ["line.png"]
-    assert f"WARNING: skipping {tmp_path / 'line.png'}: 1x4000 pixels is too thin to resize to --img-size 64x64" \
+    assert (
+        f"WARNING: skipping {tmp_path / 'line.png'}: 1x4000 pixels is too thin to resize to --img-size 64x64"
         in log.messages
+    )
 
 
 def test_list_saved_with_a_bom(tmp_path):

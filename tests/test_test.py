@@ -17,12 +17,23 @@ spec.loader.exec_module(yolo_test)
 REFERENCE_AP, REFERENCE_AP50 = 0.3701, 0.5759  # pycocotools on the official YOLOv5's predictions (reference/)
 
 
-def data_yaml(tmp_path: Path, shared: Path, val: str = "images/train2017", ann_json: bool = True, nc: int = 80,
-              name: str = "data.yaml") -> Path:
+def data_yaml(
+    tmp_path: Path,
+    shared: Path,
+    val: str = "images/train2017",
+    ann_json: bool = True,
+    nc: int = 80,
+    name: str = "data.yaml",
+) -> Path:
     """A data YAML in tmp_path for ../shared/datasets/coco128."""
     names = list(COCO80_NAMES)[:nc]
-    lines = [f"path: {shared / 'datasets/coco128'}", "train: images/train2017", f"val: {val}", f"nc: {nc}",
-             f"names: {json.dumps(names)}"]
+    lines = [
+        f"path: {shared / 'datasets/coco128'}",
+        "train: images/train2017",
+        f"val: {val}",
+        f"nc: {nc}",
+        f"names: {json.dumps(names)}",
+    ]
     if ann_json:
         lines.append("ann_json: annotations/instances_train2017.json")
     path = tmp_path / name
@@ -42,14 +53,21 @@ def test_coco128_640_against_the_official_json(tmp_path, shared):
     """The acceptance run: reference settings (640, batch 16), --save-json, plots on."""
     weights = shared / "weights/yolov5n.pt"
     (mp, mr, map50, map_, *losses), maps, speed = yolo_test.run(
-        data_yaml(tmp_path, shared), weights=str(weights), batch_size=16, imgsz=640, save_json=True,
-        project=tmp_path / "runs", workers=2)
+        data_yaml(tmp_path, shared),
+        weights=str(weights),
+        batch_size=16,
+        imgsz=640,
+        save_json=True,
+        project=tmp_path / "runs",
+        workers=2,
+    )
     run_dir = tmp_path / "runs/exp"
     results = json.loads((run_dir / "results.json").read_text())
     m = results["metrics"]
     assert abs(m["mAP50-95"] - REFERENCE_AP) < 0.005 and abs(m["mAP50"] - REFERENCE_AP50) < 0.005
-    ours = [m[k] for k in ("mAP50-95", "mAP50", "mAP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm",
-                           "ARl")]
+    ours = [
+        m[k] for k in ("mAP50-95", "mAP50", "mAP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
+    ]
     np.testing.assert_allclose(ours, results["pycocotools"]["stats"], rtol=0, atol=1e-6)
     assert (map_, map50, mp, mr) == (m["mAP50-95"], m["mAP50"], m["precision"], m["recall"])
     assert results["images"] == 128 and results["instances"] == 929  # crowd regions are not instances
@@ -59,8 +77,15 @@ def test_coco128_640_against_the_official_json(tmp_path, shared):
     assert results["per_class"]["person"]["instances"] > 200
     predictions = json.loads((run_dir / "predictions.json").read_text())
     assert len(predictions) > 20_000 and {p["category_id"] for p in predictions} <= set(range(1, 91))
-    for f in ("PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png", "confusion_matrix.png",
-              "val_batch0_labels.jpg", "val_batch0_pred.jpg"):
+    for f in (
+        "PR_curve.png",
+        "F1_curve.png",
+        "P_curve.png",
+        "R_curve.png",
+        "confusion_matrix.png",
+        "val_batch0_labels.jpg",
+        "val_batch0_pred.jpg",
+    ):
         assert (run_dir / f).stat().st_size > 1000, f
 
 
@@ -68,15 +93,37 @@ def test_yolo_labels_as_ground_truth_cli(tmp_path, shared, log):
     """Without ann_json: labels scaled back to original pixels, a generated COCO JSON for pycocotools, txt labels."""
     split = image_list(tmp_path, shared, 24)
     data = data_yaml(tmp_path, shared, val=str(split), ann_json=False)
-    code = yolo_test.main(["--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"), "--img", "320",
-                           "--batch-size", "8", "--save-json", "--save-txt", "--save-conf", "--verbose",
-                           "--no-plots", "--project", str(tmp_path / "runs"), "--name", "labels", "--workers", "1"])
+    code = yolo_test.main(
+        [
+            "--data",
+            str(data),
+            "--weights",
+            str(shared / "weights/yolov5n.pt"),
+            "--img",
+            "320",
+            "--batch-size",
+            "8",
+            "--save-json",
+            "--save-txt",
+            "--save-conf",
+            "--verbose",
+            "--no-plots",
+            "--project",
+            str(tmp_path / "runs"),
+            "--name",
+            "labels",
+            "--workers",
+            "1",
+        ]
+    )
     out = "\n".join(log.messages)
     assert code == 0
     run_dir = tmp_path / "runs/labels"
     results = json.loads((run_dir / "results.json").read_text())
-    stats = [results["metrics"][k] for k in ("mAP50-95", "mAP50", "mAP75", "APs", "APm", "APl", "AR1", "AR10",
-                                             "AR100", "ARs", "ARm", "ARl")]
+    stats = [
+        results["metrics"][k]
+        for k in ("mAP50-95", "mAP50", "mAP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
+    ]
     np.testing.assert_allclose(stats, results["pycocotools"]["stats"], rtol=0, atol=1e-6)
     assert 0.15 < stats[0] < 0.6 and results["images"] == 24
     gt = json.loads((run_dir / "ground_truth.json").read_text())
@@ -98,9 +145,16 @@ def test_training_path_keeps_the_model_as_it_was(tmp_path, shared):
     model = load_model(shared / "weights/yolov5n.pt", fuse=False).train()
     model.hyp = load_hyp("hyp.scratch.yaml")
     loader = create_dataloader(data["val"], 256, 8, 32, rect=True, pad=0.5, workers=0, nc=80)[0]
-    results, maps, speed = yolo_test.run(data, batch_size=8, imgsz=256, model=model, dataloader=loader,
-                                         save_dir=tmp_path / "train_run", plots=False,
-                                         compute_loss=ComputeLoss(model, model.hyp))
+    results, maps, speed = yolo_test.run(
+        data,
+        batch_size=8,
+        imgsz=256,
+        model=model,
+        dataloader=loader,
+        save_dir=tmp_path / "train_run",
+        plots=False,
+        compute_loss=ComputeLoss(model, model.hyp),
+    )
     assert model.training  # back in training mode
     assert len(results) == 7 and all(np.isfinite(results)) and all(x > 0 for x in results[4:])
     assert maps.shape == (80,) and results[3] > 0
@@ -118,21 +172,43 @@ def test_bad_inputs_give_one_line_errors(tmp_path, shared, log):
     weights = str(shared / "weights/yolov5n.pt")
     cases = []
     cases.append((["--data", str(tmp_path / "nope.yaml"), "--weights", weights], "not found"))
-    cases.append((["--data", str(data_yaml(tmp_path, shared, name="w.yaml")), "--weights",
-                   str(tmp_path / "missing.pt")], "not found"))
-    cases.append((["--data", str(data_yaml(tmp_path, shared, val="images/nope", name="split.yaml")), "--weights",
-                   weights], "does not exist"))
+    cases.append(
+        (
+            ["--data", str(data_yaml(tmp_path, shared, name="w.yaml")), "--weights", str(tmp_path / "missing.pt")],
+            "not found",
+        )
+    )
+    cases.append(
+        (
+            ["--data", str(data_yaml(tmp_path, shared, val="images/nope", name="split.yaml")), "--weights", weights],
+            "does not exist",
+        )
+    )
     (tmp_path / "empty").mkdir()
-    cases.append((["--data", str(data_yaml(tmp_path, shared, val=str(tmp_path / "empty"), name="empty.yaml")),
-                   "--weights", weights], "no images"))
+    cases.append(
+        (
+            [
+                "--data",
+                str(data_yaml(tmp_path, shared, val=str(tmp_path / "empty"), name="empty.yaml")),
+                "--weights",
+                weights,
+            ],
+            "no images",
+        )
+    )
     corrupt = tmp_path / "corrupt/images"
     corrupt.mkdir(parents=True)
     for i in range(3):
         (corrupt / f"{i}.jpg").write_bytes(b"not an image" * 10)
-    cases.append((["--data", str(data_yaml(tmp_path, shared, val=str(corrupt), name="corrupt.yaml")), "--weights",
-                   weights], "corrupt"))
-    cases.append((["--data", str(data_yaml(tmp_path, shared, nc=3, name="nc3.yaml")), "--weights", weights],
-                  "80 classes"))
+    cases.append(
+        (
+            ["--data", str(data_yaml(tmp_path, shared, val=str(corrupt), name="corrupt.yaml")), "--weights", weights],
+            "corrupt",
+        )
+    )
+    cases.append(
+        (["--data", str(data_yaml(tmp_path, shared, nc=3, name="nc3.yaml")), "--weights", weights], "80 classes")
+    )
     cases.append((["--data", str(data_yaml(tmp_path, shared, name="now.yaml"))], "--weights"))
     gt = str(shared / "datasets/coco128/annotations/instances_train2017.json")
     bad_preds = tmp_path / "bad_preds.json"
@@ -161,14 +237,45 @@ def test_single_class_and_speed_task(tmp_path, shared, log):
     split = image_list(tmp_path, shared, 6)
     data = data_yaml(tmp_path, shared, val=str(split))  # ann_json is not used for --single-cls
     weights = str(shared / "weights/yolov5n.pt")
-    code, lines = _cli(tmp_path, log, "--data", str(data), "--weights", weights, "--img", "192", "--batch-size", "3",
-                       "--single-cls", "--save-json", "--workers", "0", "--name", "single")
+    code, lines = _cli(
+        tmp_path,
+        log,
+        "--data",
+        str(data),
+        "--weights",
+        weights,
+        "--img",
+        "192",
+        "--batch-size",
+        "3",
+        "--single-cls",
+        "--save-json",
+        "--workers",
+        "0",
+        "--name",
+        "single",
+    )
     assert code == 0
     results = json.loads((tmp_path / "runs/single/results.json").read_text())
     assert list(results["per_class"]) == ["item"] and results["instances"] > 10
     np.testing.assert_allclose(results["metrics"]["mAP50-95"], results["pycocotools"]["stats"][0], atol=1e-6)
     # --bf16 runs bfloat16 autocast on CPUs that have the instructions, else float32 with a warning
-    code, lines = _cli(tmp_path, log, "--data", str(data), "--weights", weights, "--img", "192", "--task", "speed",
-                       "--workers", "0", "--name", "speed", "--bf16")
+    code, lines = _cli(
+        tmp_path,
+        log,
+        "--data",
+        str(data),
+        "--weights",
+        weights,
+        "--img",
+        "192",
+        "--task",
+        "speed",
+        "--workers",
+        "0",
+        "--name",
+        "speed",
+        "--bf16",
+    )
     assert code == 0 and any(line.startswith("Speed:") and "(6, 3, 192, 192)" in line for line in lines)
     assert cpu_supports_bf16() or any("--bf16 needs a CPU" in line for line in lines)

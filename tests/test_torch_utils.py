@@ -98,12 +98,25 @@ def test_test_py_refuses_an_absent_device(monkeypatch, tmp_path, shared, log):
     spec.loader.exec_module(yolo_test)
     _machine(monkeypatch, cuda=0, mps=False)
     data = tmp_path / "data.yaml"
-    data.write_text(f"path: {shared / 'datasets/coco128'}\ntrain: images/train2017\nval: images/train2017\n"
-                    "nc: 80\nnames: [" + ", ".join(f"c{i}" for i in range(80)) + "]\n")
+    data.write_text(
+        f"path: {shared / 'datasets/coco128'}\ntrain: images/train2017\nval: images/train2017\n"
+        "nc: 80\nnames: [" + ", ".join(f"c{i}" for i in range(80)) + "]\n"
+    )
     for device, words in (("cuda", "no CUDA GPU"), ("mps", "MPS is not available"), ("foo", "invalid --device")):
         log.clear()
-        code = yolo_test.main(["--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"), "--device",
-                               device, "--project", str(tmp_path / "runs"), "--no-plots"])
+        code = yolo_test.main(
+            [
+                "--data",
+                str(data),
+                "--weights",
+                str(shared / "weights/yolov5n.pt"),
+                "--device",
+                device,
+                "--project",
+                str(tmp_path / "runs"),
+                "--no-plots",
+            ]
+        )
         errors = [m for m in log.messages if m.startswith("ERROR")]
         assert code == 1 and len(errors) == 1 and words in errors[0] and "\n" not in errors[0], log.messages
     assert not (tmp_path / "runs").exists()  # nothing ran, no empty run folder

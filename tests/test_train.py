@@ -19,7 +19,6 @@ NAMES = "[circle, square, triangle, star, cross]"
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0"]
 
 
-
 @pytest.fixture(scope="module")
 def shapes_yaml(tmp_path_factory):
     """16 train and 8 val shapes images of 64 px, and a data YAML for them."""
@@ -124,8 +123,26 @@ def test_failed_save_keeps_previous_checkpoint(shapes_yaml, tmp_path, monkeypatc
 def test_weights_with_another_class_count_transfer_matching_tensors(shapes_yaml, finished_run, tmp_path, log):
     # Our own 5-class checkpoint into a single-class model: all but the detection head's output convs transfer.
     best = finished_run / "weights" / "best.pt"
-    args = ["--data", shapes_yaml, "--weights", best, "--img", 64, "--batch-size", 8, "--workers", 0, "--epochs", 1,
-            "--project", tmp_path, "--noplots", "--single-cls", "--noval", "--nosave"]
+    args = [
+        "--data",
+        shapes_yaml,
+        "--weights",
+        best,
+        "--img",
+        64,
+        "--batch-size",
+        8,
+        "--workers",
+        0,
+        "--epochs",
+        1,
+        "--project",
+        tmp_path,
+        "--noplots",
+        "--single-cls",
+        "--noval",
+        "--nosave",
+    ]
     assert _train(*args) == 0
     text = log.text
     n_model = len(Model("yolov5n.yaml", nc=1).state_dict())
@@ -135,8 +152,23 @@ def test_weights_with_another_class_count_transfer_matching_tensors(shapes_yaml,
 
 def test_official_weights_fine_tune(shapes_yaml, shared, tmp_path, log):
     official = shared / "weights" / "yolov5n.pt"
-    args = ["--data", shapes_yaml, "--weights", official, "--img", 64, "--batch-size", 8, "--workers", 0,
-            "--epochs", 1, "--project", tmp_path, "--noplots"]
+    args = [
+        "--data",
+        shapes_yaml,
+        "--weights",
+        official,
+        "--img",
+        64,
+        "--batch-size",
+        8,
+        "--workers",
+        0,
+        "--epochs",
+        1,
+        "--project",
+        tmp_path,
+        "--noplots",
+    ]
     assert _train(*args) == 0
     n_model = len(Model("yolov5n.yaml", nc=5).state_dict())
     assert f"Transferred {n_model - 6}/{n_model} items" in log.text
@@ -172,14 +204,17 @@ def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log)
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing_data", "not found"),
-    ("unknown_hyp", "unknown hyperparameter"),
-    ("nothing_to_resume", "nothing to resume"),
-    ("no_model", "--cfg or --weights"),
-    ("missing_weights", "not found"),
-    ("missing_hyp", "not found"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing_data", "not found"),
+        ("unknown_hyp", "unknown hyperparameter"),
+        ("nothing_to_resume", "nothing to resume"),
+        ("no_model", "--cfg or --weights"),
+        ("missing_weights", "not found"),
+        ("missing_hyp", "not found"),
+    ],
+)
 def test_bad_input_gives_one_line_error(case, message, shapes_yaml, tmp_path, log):
     base = ["--project", tmp_path, "--noplots", "--epochs", 1]
     if case == "missing_data":

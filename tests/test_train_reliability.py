@@ -80,21 +80,24 @@ def test_dataset_without_labels_is_refused(tmp_path, log):
 # Item 5: numeric flags are checked while parsing
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--epochs", "0", "must be an integer >= 1"),
-    ("--batch-size", "0", "must be an integer >= 1"),
-    ("--batch-size", "-1", "AutoBatch -1 is not supported"),
-    ("--imgsz", "31", "must be an integer >= 32"),
-    ("--img", "-640", "must be an integer >= 32"),
-    ("--workers", "-1", "must be an integer >= 0"),
-    ("--patience", "-2", "must be an integer >= 0"),
-    ("--label-smoothing", "1", "must be in [0, 1)"),
-    ("--label-smoothing", "-0.1", "must be in [0, 1)"),
-    ("--label-smoothing", "nan", "must be a finite number"),
-    ("--freeze", "-3", "must be an integer >= 0"),
-    ("--epochs", "ten", "must be an integer"),
-    ("--optimizer", "Lion", "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--epochs", "0", "must be an integer >= 1"),
+        ("--batch-size", "0", "must be an integer >= 1"),
+        ("--batch-size", "-1", "AutoBatch -1 is not supported"),
+        ("--imgsz", "31", "must be an integer >= 32"),
+        ("--img", "-640", "must be an integer >= 32"),
+        ("--workers", "-1", "must be an integer >= 0"),
+        ("--patience", "-2", "must be an integer >= 0"),
+        ("--label-smoothing", "1", "must be in [0, 1)"),
+        ("--label-smoothing", "-0.1", "must be in [0, 1)"),
+        ("--label-smoothing", "nan", "must be a finite number"),
+        ("--freeze", "-3", "must be an integer >= 0"),
+        ("--epochs", "ten", "must be an integer"),
+        ("--optimizer", "Lion", "invalid choice"),
+    ],
+)
 def test_bad_flag_exits_2_with_one_line(flag, value, message, capsys):
     with pytest.raises(SystemExit) as e:
         train.parse_opt([flag, value])
@@ -105,8 +108,29 @@ def test_bad_flag_exits_2_with_one_line(flag, value, message, capsys):
 
 
 def test_valid_flag_edges_are_accepted():
-    opt = train.parse_opt(["--epochs", "1", "--batch-size", "1", "--img", "32", "--workers", "0", "--patience", "0",
-                           "--label-smoothing", "0.99", "--freeze", "0", "1", "--seed", "-5", "--save-period", "-1"])
+    opt = train.parse_opt(
+        [
+            "--epochs",
+            "1",
+            "--batch-size",
+            "1",
+            "--img",
+            "32",
+            "--workers",
+            "0",
+            "--patience",
+            "0",
+            "--label-smoothing",
+            "0.99",
+            "--freeze",
+            "0",
+            "1",
+            "--seed",
+            "-5",
+            "--save-period",
+            "-1",
+        ]
+    )
     assert (opt.epochs, opt.batch_size, opt.imgsz, opt.workers, opt.patience) == (1, 1, 32, 0, 0)
     assert opt.label_smoothing == 0.99 and opt.freeze == [0, 1] and opt.seed == -5 and opt.save_period == -1
 
@@ -123,15 +147,18 @@ def _cfg(tmp_path, old: str, new: str):
     return file
 
 
-@pytest.mark.parametrize("case, message", [
-    ("yaml_syntax", "not readable as YAML"),
-    ("folder", "is a folder"),
-    ("concat_size", "layer 12 (Concat) cannot take its inputs"),
-    ("negative_channels", "output channels (first arg) must be a whole number >= 1, got -128"),
-    ("later_layer", "input 15 is not an earlier layer"),
-    ("unknown_module", "unknown layer type 'Foo'"),
-    ("negative_repeats", "repeats must be a whole number >= 1, got -3"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("yaml_syntax", "not readable as YAML"),
+        ("folder", "is a folder"),
+        ("concat_size", "layer 12 (Concat) cannot take its inputs"),
+        ("negative_channels", "output channels (first arg) must be a whole number >= 1, got -128"),
+        ("later_layer", "input 15 is not an earlier layer"),
+        ("unknown_module", "unknown layer type 'Foo'"),
+        ("negative_repeats", "repeats must be a whole number >= 1, got -3"),
+    ],
+)
 def test_unusable_cfg_gives_one_line_error(case, message, tiny_yaml, tmp_path, log):
     if case == "yaml_syntax":
         cfg = tmp_path / "model.yaml"
@@ -139,13 +166,16 @@ def test_unusable_cfg_gives_one_line_error(case, message, tiny_yaml, tmp_path, l
     elif case == "folder":
         cfg = tmp_path
     else:
-        cfg = _cfg(tmp_path, *{
-            "concat_size": ("[[-1, 6], 1, Concat, [1]]", "[[-1, 2], 1, Concat, [1]]"),
-            "negative_channels": ("[-1, 1, Conv, [128, 3, 2]]", "[-1, 1, Conv, [-128, 3, 2]]"),
-            "later_layer": ("[[-1, 6], 1, Concat, [1]]", "[[-1, 15], 1, Concat, [1]]"),
-            "unknown_module": ("SPPF, [1024, 5]", "Foo, [1024, 5]"),
-            "negative_repeats": ("[-1, 3, C3, [128]]", "[-1, -3, C3, [128]]"),
-        }[case])
+        cfg = _cfg(
+            tmp_path,
+            *{
+                "concat_size": ("[[-1, 6], 1, Concat, [1]]", "[[-1, 2], 1, Concat, [1]]"),
+                "negative_channels": ("[-1, 1, Conv, [128, 3, 2]]", "[-1, 1, Conv, [-128, 3, 2]]"),
+                "later_layer": ("[[-1, 6], 1, Concat, [1]]", "[[-1, 15], 1, Concat, [1]]"),
+                "unknown_module": ("SPPF, [1024, 5]", "Foo, [1024, 5]"),
+                "negative_repeats": ("[-1, 3, C3, [128]]", "[-1, -3, C3, [128]]"),
+            }[case],
+        )
     args = ["--data", tiny_yaml, *FAST[2:], "--cfg", cfg, "--batch-size", 3, "--project", tmp_path / "runs"]
     assert _train(*args) == 1
     error = _one_error(log)
@@ -153,12 +183,15 @@ def test_unusable_cfg_gives_one_line_error(case, message, tiny_yaml, tmp_path, l
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("freeze, message", [
-    (["25"], "nothing left to train"),
-    ([str(i) for i in range(25)], "nothing left to train"),
-    (["26"], "--freeze 26: the model has 25 layers"),
-    (["3", "40"], "--freeze 40: the model has 25 layers"),
-])
+@pytest.mark.parametrize(
+    "freeze, message",
+    [
+        (["25"], "nothing left to train"),
+        ([str(i) for i in range(25)], "nothing left to train"),
+        (["26"], "--freeze 26: the model has 25 layers"),
+        (["3", "40"], "--freeze 40: the model has 25 layers"),
+    ],
+)
 def test_freeze_that_cannot_work_is_refused(freeze, message, tiny_yaml, tmp_path, log):
     args = ["--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path, "--freeze", *freeze]
     assert _train(*args) == 1
@@ -186,12 +219,15 @@ def test_out_of_memory_is_one_line(tiny_yaml, tmp_path, monkeypatch, log):
     assert "out of memory (CUDA out of memory)" in error and "smaller --batch-size" in error
 
 
-@pytest.mark.parametrize("case, message", [
-    ("project_is_a_file", "is a file, not a folder"),
-    ("broken_weights", "refused"),
-    ("missing_data", "not found"),
-    ("hyp_syntax", "could not be read"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("project_is_a_file", "is a file, not a folder"),
+        ("broken_weights", "refused"),
+        ("missing_data", "not found"),
+        ("hyp_syntax", "could not be read"),
+    ],
+)
 def test_other_bad_input_gives_one_line_error(case, message, tiny_yaml, tmp_path, log):
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a checkpoint at all")
@@ -234,23 +270,25 @@ def _other_model_state(ckpt: dict) -> dict:
     return fp16_state_dict(Model("yolov5s.yaml", nc=ckpt["yaml"]["nc"]))
 
 
-@pytest.mark.parametrize("case, message", [
-    ("class_count_changed", "trained for 5 classes but"),
-    ("other_model_weights", "training weights do not fit its model config"),
-    ("other_model_optimizer", "optimizer state does not fit the model"),
-    ("other_model_optimizer_buffers", "optimizer state does not fit the model"),
-    ("no_epoch", "'epoch' entry must be a whole number >= 0 (missing)"),
-    ("epoch_not_int", "'epoch' entry must be a whole number >= 0 (a str)"),
-    ("no_train_model", "its training finished"),
-    ("train_args_not_dict", "('train_args') are a list, not a mapping"),
-    ("train_args_lack_epochs", "lack epochs"),
-    ("train_args_wrong_type", "--epochs has the wrong type: 'ten'"),
-    ("train_args_out_of_range", "--imgsz must be an integer >= 32, got 0"),
-    ("train_args_bad_hyp", "--hyp lacks a finite value for lr0"),
-    ("folder", "is a folder"),
-])
-def test_resume_of_unusable_checkpoint_gives_one_line_error(case, message, interrupted_last, tiny_yaml, tmp_path,
-                                                            log):
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("class_count_changed", "trained for 5 classes but"),
+        ("other_model_weights", "training weights do not fit its model config"),
+        ("other_model_optimizer", "optimizer state does not fit the model"),
+        ("other_model_optimizer_buffers", "optimizer state does not fit the model"),
+        ("no_epoch", "'epoch' entry must be a whole number >= 0 (missing)"),
+        ("epoch_not_int", "'epoch' entry must be a whole number >= 0 (a str)"),
+        ("no_train_model", "its training finished"),
+        ("train_args_not_dict", "('train_args') are a list, not a mapping"),
+        ("train_args_lack_epochs", "lack epochs"),
+        ("train_args_wrong_type", "--epochs has the wrong type: 'ten'"),
+        ("train_args_out_of_range", "--imgsz must be an integer >= 32, got 0"),
+        ("train_args_bad_hyp", "--hyp lacks a finite value for lr0"),
+        ("folder", "is a folder"),
+    ],
+)
+def test_resume_of_unusable_checkpoint_gives_one_line_error(case, message, interrupted_last, tiny_yaml, tmp_path, log):
     ckpt = torch.load(interrupted_last, weights_only=True)
     assert ckpt["epoch"] == 0 and "optimizer" in ckpt  # resumable as saved
     args = ckpt["train_args"]

@@ -17,12 +17,22 @@ spec.loader.exec_module(yolo_test)
 NAMES = json.dumps([f"c{i}" for i in range(80)])
 
 
-@pytest.mark.parametrize("flag, value, words", [
-    ("--conf-thres", "2", "[0, 1]"), ("--conf-thres", "-0.1", "[0, 1]"), ("--conf-thres", "nan", "finite"),
-    ("--iou-thres", "5", "[0, 1]"), ("--max-det", "-3", ">= 1"), ("--max-det", "0", ">= 1"),
-    ("--batch-size", "0", ">= 1"), ("--batch-size", "-3", ">= 1"), ("--img-size", "8", ">= 32"),
-    ("--img", "abc", "an integer"), ("--workers", "-1", ">= 0"),
-])
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--conf-thres", "2", "[0, 1]"),
+        ("--conf-thres", "-0.1", "[0, 1]"),
+        ("--conf-thres", "nan", "finite"),
+        ("--iou-thres", "5", "[0, 1]"),
+        ("--max-det", "-3", ">= 1"),
+        ("--max-det", "0", ">= 1"),
+        ("--batch-size", "0", ">= 1"),
+        ("--batch-size", "-3", ">= 1"),
+        ("--img-size", "8", ">= 32"),
+        ("--img", "abc", "an integer"),
+        ("--workers", "-1", ">= 0"),
+    ],
+)
 def test_flags_out_of_range_exit_2_with_one_line(tmp_path, flag, value, words, capsys):
     with pytest.raises(SystemExit) as exit_:  # before the fix most ran, so the data YAML must not exist
         yolo_test.main(["--data", str(tmp_path / "none.yaml"), "--weights", "x.pt", flag, value])
@@ -54,8 +64,14 @@ def _main(tmp_path: Path, log, *args: str) -> tuple[int, list[str]]:
 
 @pytest.mark.parametrize("batch", [None, "4", "32"])
 def test_a_dataset_smaller_than_the_batch_after_dropping_a_corrupt_image(tmp_path, shared, log, batch):
-    args = ["--data", str(_tiny(tmp_path, shared)), "--weights", str(shared / "weights/yolov5n.pt"), "--project",
-            str(tmp_path / "runs")] + (["--batch-size", batch] if batch else [])
+    args = [
+        "--data",
+        str(_tiny(tmp_path, shared)),
+        "--weights",
+        str(shared / "weights/yolov5n.pt"),
+        "--project",
+        str(tmp_path / "runs"),
+    ] + (["--batch-size", batch] if batch else [])
     code, lines = _main(tmp_path, log, *args)
     assert code == 0, lines[-5:]
     assert any("broken.jpg" in line for line in lines)  # the corrupt file is reported, not fatal
@@ -67,24 +83,35 @@ def test_unusable_json_files_are_one_line_errors(tmp_path, shared, log):
     data = _tiny(tmp_path, shared, corrupt=False)
     weights = str(shared / "weights/yolov5n.pt")
     gt = str(shared / "datasets/coco128/annotations/instances_train2017.json")
-    files = {"list.json": ([1, 2], "not a COCO annotations file"),
-             "keys.json": ({"annotations": []}, "needs 'images' and 'categories'"),
-             "empty.json": ({"images": [], "annotations": [], "categories": [{"id": 1}]}, "'images' list is empty")}
+    files = {
+        "list.json": ([1, 2], "not a COCO annotations file"),
+        "keys.json": ({"annotations": []}, "needs 'images' and 'categories'"),
+        "empty.json": ({"images": [], "annotations": [], "categories": [{"id": 1}]}, "'images' list is empty"),
+    }
     cases = []
     for name, (content, words) in files.items():
         (tmp_path / name).write_text(json.dumps(content))
         cases.append((["--data", str(data), "--weights", weights, "--ann-json", str(tmp_path / name)], words))
     (tmp_path / "broken.json").write_text("{not json")
-    cases.append((["--data", str(data), "--weights", weights, "--ann-json", str(tmp_path / "broken.json")],
-                  "cannot read"))
-    predictions = {"nan.json": ('[{"image_id": 9, "category_id": 1, "bbox": [NaN, 0, 5, 5], "score": 0.5}]',
-                                "detection 0 has a non-finite bbox"),
-                   "eight.json": (json.dumps([{"image_id": 9, "category_id": 1, "bbox": [0, 0, 5, 5, 1, 1, 1, 1],
-                                               "score": 0.5}]), "not [x, y, w, h]"),
-                   "score.json": ('[{"image_id": 9, "category_id": 1, "bbox": [0, 0, 5, 5], "score": Infinity}]',
-                                  "non-finite score"),
-                   "dict.json": ('{"a": 1}', "list of detections"),
-                   "keys.json": ('[{"image_id": 9}]', "category_id")}
+    cases.append(
+        (["--data", str(data), "--weights", weights, "--ann-json", str(tmp_path / "broken.json")], "cannot read")
+    )
+    predictions = {
+        "nan.json": (
+            '[{"image_id": 9, "category_id": 1, "bbox": [NaN, 0, 5, 5], "score": 0.5}]',
+            "detection 0 has a non-finite bbox",
+        ),
+        "eight.json": (
+            json.dumps([{"image_id": 9, "category_id": 1, "bbox": [0, 0, 5, 5, 1, 1, 1, 1], "score": 0.5}]),
+            "not [x, y, w, h]",
+        ),
+        "score.json": (
+            '[{"image_id": 9, "category_id": 1, "bbox": [0, 0, 5, 5], "score": Infinity}]',
+            "non-finite score",
+        ),
+        "dict.json": ('{"a": 1}', "list of detections"),
+        "keys.json": ('[{"image_id": 9}]', "category_id"),
+    }
     for name, (text, words) in predictions.items():
         (tmp_path / f"pred_{name}").write_text(text)
         cases.append((["--ann-json", gt, "--pred-json", str(tmp_path / f"pred_{name}")], words))
@@ -99,8 +126,10 @@ def test_project_that_is_a_file(tmp_path, shared, log):
     data = _tiny(tmp_path, shared, corrupt=False)
     gt = str(shared / "datasets/coco128/annotations/instances_train2017.json")
     preds = str(shared / "reference/coco128_yolov5n_640_predictions.json")
-    for args in (["--data", str(data), "--weights", str(shared / "weights/yolov5n.pt")],
-                 ["--ann-json", gt, "--pred-json", preds]):
+    for args in (
+        ["--data", str(data), "--weights", str(shared / "weights/yolov5n.pt")],
+        ["--ann-json", gt, "--pred-json", preds],
+    ):
         code, lines = _main(tmp_path, log, *args, "--project", str(tmp_path / "file"))
         errors = [line for line in lines if line.startswith("ERROR")]
         assert code == 1 and len(errors) == 1 and "cannot create the results folder" in errors[0], lines[-3:]
@@ -116,8 +145,19 @@ def test_save_txt_keeps_every_label_file_for_repeated_stems(tmp_path, shared, lo
     split.write_text("".join(f"{tmp_path / p}\n" for p in ("a/x.jpg", "b/x.jpg", "a/x.png")))
     data = tmp_path / "dup.yaml"
     data.write_text(f"path: {tmp_path}\ntrain: list.txt\nval: list.txt\nnc: 80\nnames: {NAMES}\n")
-    code, lines = _main(tmp_path, log, "--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"),
-                        "--save-txt", "--conf-thres", "0.25", "--project", str(tmp_path / "runs"))
+    code, lines = _main(
+        tmp_path,
+        log,
+        "--data",
+        str(data),
+        "--weights",
+        str(shared / "weights/yolov5n.pt"),
+        "--save-txt",
+        "--conf-thres",
+        "0.25",
+        "--project",
+        str(tmp_path / "runs"),
+    )
     assert code == 0, lines[-3:]
     labels = sorted(p.name for p in (tmp_path / "runs/exp/labels").glob("*.txt"))
     assert labels == ["x.txt", "x_2.txt", "x_3.txt"]
@@ -128,23 +168,50 @@ def test_save_txt_keeps_every_label_file_for_repeated_stems(tmp_path, shared, lo
 def test_single_cls_with_an_explicit_ann_json_warns(tmp_path, shared, log):
     data = _tiny(tmp_path, shared, corrupt=False)
     gt = str(shared / "datasets/coco128/annotations/instances_train2017.json")
-    code, lines = _main(tmp_path, log, "--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"),
-                        "--single-cls", "--ann-json", gt, "--project", str(tmp_path / "runs"))
+    code, lines = _main(
+        tmp_path,
+        log,
+        "--data",
+        str(data),
+        "--weights",
+        str(shared / "weights/yolov5n.pt"),
+        "--single-cls",
+        "--ann-json",
+        gt,
+        "--project",
+        str(tmp_path / "runs"),
+    )
     assert code == 0 and any("--ann-json" in line and "not used with --single-cls" in line for line in lines)
 
 
 def test_missing_test_split(tmp_path, shared, log):
     data = _tiny(tmp_path, shared, corrupt=False)
-    code, lines = _main(tmp_path, log, "--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"),
-                        "--task", "test", "--project", str(tmp_path / "runs"))
+    code, lines = _main(
+        tmp_path,
+        log,
+        "--data",
+        str(data),
+        "--weights",
+        str(shared / "weights/yolov5n.pt"),
+        "--task",
+        "test",
+        "--project",
+        str(tmp_path / "runs"),
+    )
     errors = [line for line in lines if line.startswith("ERROR")]
     assert code == 1 and len(errors) == 1 and "no 'test' split" in errors[0]
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.\nOf the "
-                                                          "allocated memory 3 GiB is allocated by PyTorch"),
-                                   MemoryError()])
+@pytest.mark.parametrize(
+    "error",
+    [
+        torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB.\nOf the allocated memory 3 GiB is allocated by PyTorch"
+        ),
+        MemoryError(),
+    ],
+)
 def test_out_of_memory_is_one_line(monkeypatch, tmp_path, log, error):
     def no_memory(**kwargs):
         raise error
@@ -159,8 +226,17 @@ def test_annotations_with_a_non_finite_box(tmp_path, shared, log):
     data = json.loads((shared / "datasets/coco128/annotations/instances_train2017.json").read_text())
     data["annotations"][5]["bbox"][2] = float("nan")
     (tmp_path / "nan.json").write_text(json.dumps(data))
-    code, lines = _main(tmp_path, log, "--data", str(_tiny(tmp_path, shared, corrupt=False)), "--weights",
-                        str(shared / "weights/yolov5n.pt"), "--ann-json", str(tmp_path / "nan.json"), "--project",
-                        str(tmp_path / "runs"))
+    code, lines = _main(
+        tmp_path,
+        log,
+        "--data",
+        str(_tiny(tmp_path, shared, corrupt=False)),
+        "--weights",
+        str(shared / "weights/yolov5n.pt"),
+        "--ann-json",
+        str(tmp_path / "nan.json"),
+        "--project",
+        str(tmp_path / "runs"),
+    )
     errors = [line for line in lines if line.startswith("ERROR")]
     assert code == 1 and len(errors) == 1 and "annotation 5 has a non-finite bbox" in errors[0], lines[-3:]

@@ -49,8 +49,13 @@ def _split(tmp_path: Path, shared: Path, n: int = 24) -> Path:
 
 
 def _data_yaml(tmp_path: Path, shared: Path, val: Path, ann_json: Path | None, name: str) -> Path:
-    lines = [f"path: {shared / 'datasets/coco128'}", "train: images/train2017", f"val: {val}", "nc: 80",
-             f"names: {json.dumps(list(COCO80_NAMES))}"]
+    lines = [
+        f"path: {shared / 'datasets/coco128'}",
+        "train: images/train2017",
+        f"val: {val}",
+        "nc: 80",
+        f"names: {json.dumps(list(COCO80_NAMES))}",
+    ]
     lines += [f"ann_json: {ann_json}"] if ann_json else []
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n")
@@ -60,9 +65,24 @@ def _data_yaml(tmp_path: Path, shared: Path, val: Path, ann_json: Path | None, n
 def _run(tmp_path: Path, shared: Path, log, name: str, *args: str) -> tuple[int, list[str]]:
     """test.py's main at 256 px on yolov5n; its exit code and log lines."""
     log.clear()
-    code = yolo_test.main([*args, "--weights", str(shared / "weights/yolov5n.pt"), "--img", "256",
-                           "--batch-size", "8", "--workers", "0", "--no-plots", "--project", str(tmp_path / "runs"),
-                           "--name", name])
+    code = yolo_test.main(
+        [
+            *args,
+            "--weights",
+            str(shared / "weights/yolov5n.pt"),
+            "--img",
+            "256",
+            "--batch-size",
+            "8",
+            "--workers",
+            "0",
+            "--no-plots",
+            "--project",
+            str(tmp_path / "runs"),
+            "--name",
+            name,
+        ]
+    )
     return code, [line for m in log.messages for line in m.splitlines()]
 
 
@@ -72,9 +92,11 @@ def test_renumbered_json_gives_the_same_map(tmp_path, shared, log):
     renamed, new_of = renumbered(shared, tmp_path / "renumbered.json")
     plain = _data_yaml(tmp_path, shared, split, None, "plain.yaml")
     in_yaml = _data_yaml(tmp_path, shared, split, renamed, "in_yaml.yaml")
-    runs = {"original": ("--data", str(plain), "--ann-json", str(original)),
-            "renumbered": ("--data", str(plain), "--ann-json", str(renamed)),
-            "yaml": ("--data", str(in_yaml))}
+    runs = {
+        "original": ("--data", str(plain), "--ann-json", str(original)),
+        "renumbered": ("--data", str(plain), "--ann-json", str(renamed)),
+        "yaml": ("--data", str(in_yaml)),
+    }
     results, predictions = {}, {}
     for name, args in runs.items():
         code, lines = _run(tmp_path, shared, log, name, *args, "--save-json")
@@ -107,9 +129,10 @@ def test_an_image_the_json_lacks_is_a_one_line_error(tmp_path, shared, log):
         ann["image_id"] = 999_999 if ann["image_id"] == 30 else ann["image_id"]
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(data))
-    cases = {"explicit": ("--data", str(_data_yaml(tmp_path, shared, split, None, "a.yaml")), "--ann-json",
-                          str(broken)),
-             "yaml": ("--data", str(_data_yaml(tmp_path, shared, split, broken, "b.yaml")))}
+    cases = {
+        "explicit": ("--data", str(_data_yaml(tmp_path, shared, split, None, "a.yaml")), "--ann-json", str(broken)),
+        "yaml": ("--data", str(_data_yaml(tmp_path, shared, split, broken, "b.yaml"))),
+    }
     for name, args in cases.items():
         code, lines = _run(tmp_path, shared, log, name, *args)
         errors = [line for line in lines if line.startswith("ERROR")]
@@ -136,8 +159,16 @@ def _ground_truth(tmp_path: Path, images: list[dict]) -> object:
 
 
 def test_matching_rules(tmp_path):
-    gt = _ground_truth(tmp_path, [{"id": 7, "file_name": "b.jpg"}, {"id": 3, "file_name": "a.jpg"},
-                                  {"id": 12}, {"id": 20, "file_name": "x/d.jpg"}, {"id": 21, "file_name": "y/d.jpg"}])
+    gt = _ground_truth(
+        tmp_path,
+        [
+            {"id": 7, "file_name": "b.jpg"},
+            {"id": 3, "file_name": "a.jpg"},
+            {"id": 12},
+            {"id": 20, "file_name": "x/d.jpg"},
+            {"id": 21, "file_name": "y/d.jpg"},
+        ],
+    )
     # by basename whatever the folders, then by numeric stem (12.png has no file_name entry), a longer path
     # suffix settles a basename used twice
     assert validate.json_image_ids(["/data/a.jpg", "/other/b.jpg", "/data/12.png", "/r/y/d.jpg"], gt) == [3, 7, 12, 21]
@@ -167,8 +198,16 @@ def test_json_sizes_that_differ_from_the_images_warn(tmp_path, shared, log):
     halved = tmp_path / "halved.json"
     halved.write_text(json.dumps(data))
     plain = _data_yaml(tmp_path, shared, split, None, "plain.yaml")
-    code, lines = _run(tmp_path, shared, log, "ok", "--data", str(plain), "--ann-json",
-                       str(shared / "datasets/coco128/annotations/instances_train2017.json"))
+    code, lines = _run(
+        tmp_path,
+        shared,
+        log,
+        "ok",
+        "--data",
+        str(plain),
+        "--ann-json",
+        str(shared / "datasets/coco128/annotations/instances_train2017.json"),
+    )
     assert code == 0 and not any("differ in size" in line for line in lines)
     code, lines = _run(tmp_path, shared, log, "halved", "--data", str(plain), "--ann-json", str(halved))
     warnings = [line for line in lines if "differ in size" in line]

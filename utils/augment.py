@@ -15,8 +15,9 @@ def check_img_size(imgsz: int | list[int], stride: int = 32, floor: int = 0) -> 
     rounded = [max(-(-v // stride) * stride, stride, floor) for v in sizes]
     if rounded != sizes:
         shown = (sizes[0], rounded[0]) if isinstance(imgsz, (int, float)) else (sizes, rounded)
-        LOGGER.warning(f"WARNING: --img-size {shown[0]} must be a multiple of max stride {stride}, updating to "
-                       f"{shown[1]}")
+        LOGGER.warning(
+            f"WARNING: --img-size {shown[0]} must be a multiple of max stride {stride}, updating to {shown[1]}"
+        )
     return rounded[0] if isinstance(imgsz, (int, float)) else rounded
 
 
@@ -90,7 +91,7 @@ def mosaic4(
         y2a = yc if i in (0, 1) else min(yc + h, canvas_size)
         x1b = w - (x2a - x1a) if i in (0, 2) else 0
         y1b = h - (y2a - y1a) if i in (0, 1) else 0
-        canvas[y1a:y2a, x1a:x2a] = image[y1b:y1b + (y2a - y1a), x1b:x1b + (x2a - x1a)]
+        canvas[y1a:y2a, x1a:x2a] = image[y1b : y1b + (y2a - y1a), x1b : x1b + (x2a - x1a)]
         t = np.asarray(t, dtype=np.float32).reshape(-1, 5).copy()
         t[:, [1, 3]] += x1a - x1b
         t[:, [2, 4]] += y1a - y1b
@@ -149,7 +150,11 @@ def warp_targets(targets: np.ndarray, matrix: np.ndarray, out_shape: tuple[int, 
 
 
 def box_candidates(
-    box1: np.ndarray, box2: np.ndarray, wh_thr: float = 2, ar_thr: float = 100, area_thr: float = 0.1,
+    box1: np.ndarray,
+    box2: np.ndarray,
+    wh_thr: float = 2,
+    ar_thr: float = 100,
+    area_thr: float = 0.1,
     eps: float = 1e-16,
 ) -> np.ndarray:
     """Boxes (4, n) x1y1x2y2 before (box1, already scaled) and after (box2) augmentation: keep those still
@@ -191,16 +196,18 @@ def random_perspective(
     return image, targets
 
 
-def mixup(image: np.ndarray, labels: np.ndarray, image2: np.ndarray, labels2: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray]:
+def mixup(
+    image: np.ndarray, labels: np.ndarray, image2: np.ndarray, labels2: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Blend two same-size images with a Beta(32, 32) ratio and keep both label sets (MixUp)."""
     r = np.random.beta(32.0, 32.0)
     blended = cv2.addWeighted(image, r, image2, 1 - r, 0)
     return blended, np.concatenate((labels, labels2), 0)
 
 
-def random_flip(image: np.ndarray, labels: np.ndarray, fliplr: float = 0.5, flipud: float = 0.0
-                ) -> tuple[np.ndarray, np.ndarray]:
+def random_flip(
+    image: np.ndarray, labels: np.ndarray, fliplr: float = 0.5, flipud: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Flip left-right / up-down with the given probabilities; labels are normalised [cls, cx, cy, w, h]."""
     if flipud and random.random() < flipud:
         image = np.flipud(image)

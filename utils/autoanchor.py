@@ -65,14 +65,18 @@ def check_anchors(dataset, model: nn.Module, thr: float = 4.0, imgsz: int = 640,
         if detect.stride[-1] < detect.stride[0]:
             new = new.flip(0)
         de_parallel(model).set_anchors_pixels(new)
-        LOGGER.info("%sDone: new anchors saved to the model (BPR %.4f; optionally update the model YAML with them)",
-                    PREFIX, new_bpr)
+        LOGGER.info(
+            "%sDone: new anchors saved to the model (BPR %.4f; optionally update the model YAML with them)",
+            PREFIX,
+            new_bpr,
+        )
     else:
         LOGGER.info("%sDone: original anchors better than new anchors, proceeding with the original ones", PREFIX)
 
 
-def kmeans(x: np.ndarray, k: int, restarts: int = 30, iters: int = 300, rng: np.random.Generator | None = None
-           ) -> tuple[np.ndarray, float]:
+def kmeans(
+    x: np.ndarray, k: int, restarts: int = 30, iters: int = 300, rng: np.random.Generator | None = None
+) -> tuple[np.ndarray, float]:
     """Lloyd's k-means of x (n, d), best of several random starts; returns centroids (k, d) and mean distance."""
     rng = rng or np.random.default_rng(0)
     if len(x) < k:
@@ -94,16 +98,18 @@ def kmeans(x: np.ndarray, k: int, restarts: int = 30, iters: int = 300, rng: np.
     return best, float(best_dist)
 
 
-def kmean_anchors(dataset, n: int = 9, img_size: int = 640, thr: float = 4.0, gen: int = 1000, verbose: bool = True,
-                  seed: int = 0) -> np.ndarray:
+def kmean_anchors(
+    dataset, n: int = 9, img_size: int = 640, thr: float = 4.0, gen: int = 1000, verbose: bool = True, seed: int = 0
+) -> np.ndarray:
     """Anchors (n, 2) in pixels, sorted by area: k-means of the label sizes, then evolved for the ratio fitness."""
     rng = np.random.default_rng(seed)
     inv_thr = 1 / thr
     wh0 = _label_wh(dataset, img_size)
     tiny = int((wh0 < 3.0).any(1).sum())
     if tiny:
-        LOGGER.warning("%sWARNING: extremely small objects found: %d of %d labels are < 3 pixels in size",
-                       PREFIX, tiny, len(wh0))
+        LOGGER.warning(
+            "%sWARNING: extremely small objects found: %d of %d labels are < 3 pixels in size", PREFIX, tiny, len(wh0)
+        )
     wh = wh0[(wh0 >= 2.0).any(1)].astype(np.float32)  # drop boxes under 2 pixels: too small to matter
     if len(wh) < n:
         raise ValueError(f"only {len(wh)} usable labels for {n} anchors")
@@ -136,7 +142,8 @@ def kmean_anchors(dataset, n: int = 9, img_size: int = 640, thr: float = 4.0, ge
     if verbose:
         x, best = _ratio_metric(torch.tensor(k, dtype=torch.float32), wh0_t)
         bpr, aat = (best > inv_thr).float().mean(), (x > inv_thr).float().mean() * n
-        LOGGER.info("%sthr=%.2f: %.4f best possible recall, %.2f anchors past thr, fitness %.4f", PREFIX, inv_thr,
-                    bpr, aat, f)
+        LOGGER.info(
+            "%sthr=%.2f: %.4f best possible recall, %.2f anchors past thr, fitness %.4f", PREFIX, inv_thr, bpr, aat, f
+        )
         LOGGER.info("%sanchors: %s", PREFIX, ", ".join(f"{w:.0f},{h:.0f}" for w, h in k))
     return k.astype(np.float32)

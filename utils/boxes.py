@@ -63,8 +63,9 @@ def clip_boxes(boxes: Array, shape: tuple[int, int]) -> Array:
     return boxes
 
 
-def scale_boxes(letterboxed_shape: tuple[int, int], boxes: Array, original_shape: tuple[int, int],
-                ratio_pad: tuple | None = None) -> Array:
+def scale_boxes(
+    letterboxed_shape: tuple[int, int], boxes: Array, original_shape: tuple[int, int], ratio_pad: tuple | None = None
+) -> Array:
     """Map corner boxes in place from a letterboxed image back to the original (h, w) image; clip them."""
     if ratio_pad is None:
         gain = min(letterboxed_shape[0] / original_shape[0], letterboxed_shape[1] / original_shape[1])

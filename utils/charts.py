@@ -43,21 +43,28 @@ def _finish(fig: Figure, ax, xlabel: str, ylabel: str, title: str) -> None:
     fig.subplots_adjust(left=0.08, right=0.72, bottom=0.1, top=0.93)  # fixed margins: no extra layout pass
 
 
-def plot_pr_curve(recall: np.ndarray, precision: np.ndarray, ap50: np.ndarray, names: Sequence[str],
-                  path: str | Path) -> Path:
+def plot_pr_curve(
+    recall: np.ndarray, precision: np.ndarray, ap50: np.ndarray, names: Sequence[str], path: str | Path
+) -> Path:
     """Precision against recall per class (rows of precision, NaN rows skipped) and their mean, at IoU 0.5."""
     fig = Figure(figsize=(9, 6))
     ax = fig.subplots()
     _class_lines(ax, recall, precision, [f"{n} {a:.3f}" for n, a in zip(names, ap50)])
     if not np.isnan(precision).all():
-        ax.plot(recall, np.nanmean(precision, 0), linewidth=3, color="blue",
-                label=f"all classes {np.nanmean(ap50):.3f} mAP@0.5")
+        ax.plot(
+            recall,
+            np.nanmean(precision, 0),
+            linewidth=3,
+            color="blue",
+            label=f"all classes {np.nanmean(ap50):.3f} mAP@0.5",
+        )
     _finish(fig, ax, "Recall", "Precision", "Precision-Recall Curve")
     return _save(fig, path)
 
 
-def plot_metric_curve(conf: np.ndarray, values: np.ndarray, names: Sequence[str], path: str | Path,
-                      ylabel: str = "F1") -> Path:
+def plot_metric_curve(
+    conf: np.ndarray, values: np.ndarray, names: Sequence[str], path: str | Path, ylabel: str = "F1"
+) -> Path:
     """A metric (F1, precision or recall) against confidence per class and its smoothed mean."""
     fig = Figure(figsize=(9, 6))
     ax = fig.subplots()
@@ -88,8 +95,15 @@ def plot_confusion_matrix(matrix: np.ndarray, names: Sequence[str], path: str | 
     if n < 30:
         for (i, j), v in np.ndenumerate(shown):
             if not np.isnan(v):
-                ax.text(j, i, f"{v:.2f}" if normalize else f"{int(v)}", ha="center", va="center", fontsize=8,
-                        color="white" if v > 0.5 * np.nanmax(shown) else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.2f}" if normalize else f"{int(v)}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if v > 0.5 * np.nanmax(shown) else "black",
+                )
     ax.set_xlabel("True")
     ax.set_ylabel("Predicted")
     ax.set_title("Confusion Matrix" + (" (normalised by true class)" if normalize else ""))
@@ -131,8 +145,9 @@ def plot_labels(labels: np.ndarray, names: Sequence[str], save_dir: str | Path) 
     axes[0].bar(range(nc), counts, color="tab:blue", alpha=0.8)
     axes[0].set_ylabel("instances")
     if 0 < nc <= 30:
-        axes[0].set_xticks(range(nc), [str(n) for n in list(names) + [str(i) for i in range(len(names), nc)]],
-                           rotation=90, fontsize=8)
+        axes[0].set_xticks(
+            range(nc), [str(n) for n in list(names) + [str(i) for i in range(len(names), nc)]], rotation=90, fontsize=8
+        )
     else:
         axes[0].set_xlabel("classes")
 
@@ -174,8 +189,18 @@ def plot_results(csv_file: str | Path) -> Path:
         rows = [[c.strip() for c in r] for r in csv.reader(f) if r]
     header = rows[0]
     values = np.array([[float(c) for c in r] for r in rows[1:]], dtype=np.float64).reshape(-1, len(header))
-    order = ["train/box_loss", "train/obj_loss", "train/cls_loss", "metrics/precision", "metrics/recall",
-             "val/box_loss", "val/obj_loss", "val/cls_loss", "metrics/mAP50", "metrics/mAP50-95"]
+    order = [
+        "train/box_loss",
+        "train/obj_loss",
+        "train/cls_loss",
+        "metrics/precision",
+        "metrics/recall",
+        "val/box_loss",
+        "val/obj_loss",
+        "val/cls_loss",
+        "metrics/mAP50",
+        "metrics/mAP50-95",
+    ]
     columns = [c for c in order if c in header]
     fig = Figure(figsize=(12, 6))
     axes = fig.subplots(2, 5).ravel()

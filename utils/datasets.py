@@ -37,10 +37,34 @@ MAX_CLASSES = 100_000  # LVIS has 1203; more is a typo
 MIN_SIZE = 10  # images smaller than this (px) on any side are rejected
 OVERSHOOT = 0.01  # normalised coordinates this far outside [0, 1] are clipped; further is an error
 HYP_KEYS = (
-    "lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum", "warmup_bias_lr",
-    "box", "cls", "cls_pw", "obj", "obj_pw", "iou_t", "anchor_t", "fl_gamma",
-    "hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
-    "flipud", "fliplr", "mosaic", "mixup", "copy_paste",
+    "lr0",
+    "lrf",
+    "momentum",
+    "weight_decay",
+    "warmup_epochs",
+    "warmup_momentum",
+    "warmup_bias_lr",
+    "box",
+    "cls",
+    "cls_pw",
+    "obj",
+    "obj_pw",
+    "iou_t",
+    "anchor_t",
+    "fl_gamma",
+    "hsv_h",
+    "hsv_s",
+    "hsv_v",
+    "degrees",
+    "translate",
+    "scale",
+    "shear",
+    "perspective",
+    "flipud",
+    "fliplr",
+    "mosaic",
+    "mixup",
+    "copy_paste",
 )
 HYP_AT_MOST_1 = ("momentum", "warmup_momentum", "flipud", "fliplr", "mosaic", "mixup", "copy_paste")  # probabilities
 HYP_OPTIONAL = ("anchors",)  # YOLOv5 allows anchors-per-layer here to override the model's anchors
@@ -154,8 +178,9 @@ def _check_path_entries(data: dict, file: Path) -> None:
             continue
         items = value if isinstance(value, list) and key != "path" else [value]
         # a folder may be named 2017 (YAML reads it as a number); floats, booleans, mappings are mistakes
-        if not items or not all(type(x) is int and key != "path" or isinstance(x, str) and x and "\0" not in x
-                                for x in items):
+        if not items or not all(
+            type(x) is int and key != "path" or isinstance(x, str) and x and "\0" not in x for x in items
+        ):
             kind = "a folder path" if key == "path" else "a path or a list of paths"
             raise DatasetError(f"{file}: '{key}' must be {kind} (text), got {value!r}"[:300])
 
@@ -219,8 +244,9 @@ ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")  # what a data YAML's `download:`
 def _download_urls(spec) -> list[str] | None:
     """The archive URLs of a `download:` entry, or None when it is anything else (a command, a script...)."""
     urls = [spec] if isinstance(spec, str) else list(spec) if isinstance(spec, (list, tuple)) else []
-    ok = bool(urls) and all(isinstance(u, str) and is_url(u) and url_filename(u).lower().endswith(ARCHIVES)
-                            for u in urls)
+    ok = bool(urls) and all(
+        isinstance(u, str) and is_url(u) and url_filename(u).lower().endswith(ARCHIVES) for u in urls
+    )
     return urls if ok else None
 
 
@@ -235,8 +261,10 @@ def download_dataset(spec, root: Path, missing: str = "") -> None:
         text = " ".join(str(spec).split())
         text = text if len(text) <= 300 else text[:297] + "..."
         where = f"{missing} does not exist" if missing else f"dataset {root} not found"
-        raise DatasetError(f"{where}; the data YAML's 'download' is not an http(s) URL of a zip/tar archive and is "
-                           f"never run: read it and run it yourself if you trust it: {text}")
+        raise DatasetError(
+            f"{where}; the data YAML's 'download' is not an http(s) URL of a zip/tar archive and is "
+            f"never run: read it and run it yourself if you trust it: {text}"
+        )
     LOGGER.info(f"Dataset not found ({missing or root}), downloading it ...")
     parent = root.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -601,12 +629,16 @@ class LoadImagesAndLabels(Dataset):
             elif saved is not None:
                 LOGGER.info(f"{self.prefix}{candidates[0].parent} is not writable, label cache saved as {saved}")
             else:
-                LOGGER.warning(f"{self.prefix}WARNING: cache not saved ({', '.join(str(f.parent) for f in candidates)}"
-                               f" not writable)")
+                LOGGER.warning(
+                    f"{self.prefix}WARNING: cache not saved ({', '.join(str(f.parent) for f in candidates)}"
+                    f" not writable)"
+                )
         n_images, n_bg, n_corrupt = (int(x) for x in cache["stats"])
         counts = cache["counts"]
-        LOGGER.info(f"{self.prefix}{self.path}: {n_images} images, {n_bg} backgrounds, {n_corrupt} corrupt "
-                    f"({int(counts.sum())} boxes)")
+        LOGGER.info(
+            f"{self.prefix}{self.path}: {n_images} images, {n_bg} backgrounds, {n_corrupt} corrupt "
+            f"({int(counts.sum())} boxes)"
+        )
         for msg in cache["msgs"]:
             LOGGER.warning(f"{self.prefix}WARNING: {msg}")
         if n_images and not counts.sum():
@@ -623,8 +655,10 @@ class LoadImagesAndLabels(Dataset):
         def named(dirs: list[str]) -> str:
             return dirs[0] + (f" (and {len(dirs) - 1} more folders)" if len(dirs) > 1 else "")
 
-        return (f"no labels found in {named(lb_dirs)} for the {len(im_files)} images in {named(im_dirs)}: training "
-                f"needs YOLO label files (images/ -> labels/, .txt)")
+        return (
+            f"no labels found in {named(lb_dirs)} for the {len(im_files)} images in {named(im_dirs)}: training "
+            f"needs YOLO label files (images/ -> labels/, .txt)"
+        )
 
     def _scan(self, im_files: list[str], lb_files: list[str]) -> dict:
         """Verify every image/label pair (threads: mostly file I/O) into cache arrays."""
@@ -669,7 +703,7 @@ class LoadImagesAndLabels(Dataset):
                 shapes[i] = (ar.max(), 1)
             elif ar.min() > 1:  # all portrait: full height, width of the widest
                 shapes[i] = (1, 1 / ar.min())
-        self.batch_shapes = (np.ceil(shapes * self.img_size / self.stride + pad).astype(int) * self.stride)
+        self.batch_shapes = np.ceil(shapes * self.img_size / self.stride + pad).astype(int) * self.stride
 
     # -- images --------------------------------------------------------------------------------------------------------
     def _cache_images(self, cache) -> str | None:
@@ -709,8 +743,10 @@ class LoadImagesAndLabels(Dataset):
         except (ValueError, OSError, AttributeError):  # not Linux: trust the user
             return True
         if need > 0.9 * free:
-            LOGGER.warning(f"{self.prefix}WARNING: --cache ram needs {need / 1e9:.1f} GB but {free / 1e9:.1f} GB "
-                           f"is free, not caching")
+            LOGGER.warning(
+                f"{self.prefix}WARNING: --cache ram needs {need / 1e9:.1f} GB but {free / 1e9:.1f} GB "
+                f"is free, not caching"
+            )
             return False
         return True
 
@@ -760,9 +796,16 @@ class LoadImagesAndLabels(Dataset):
             targets.append(labels)
         canvas, labels = mosaic4(images, targets, s, (xc, yc))
         hyp = self.hyp
-        return random_perspective(canvas, labels, degrees=hyp["degrees"], translate=hyp["translate"],
-                                  scale=hyp["scale"], shear=hyp["shear"], perspective=hyp["perspective"],
-                                  border=self.mosaic_border)
+        return random_perspective(
+            canvas,
+            labels,
+            degrees=hyp["degrees"],
+            translate=hyp["translate"],
+            scale=hyp["scale"],
+            shear=hyp["shear"],
+            perspective=hyp["perspective"],
+            border=self.mosaic_border,
+        )
 
     # -- Dataset protocol ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -787,9 +830,15 @@ class LoadImagesAndLabels(Dataset):
             if len(labels):
                 labels[:, 1:] = xywhn2xyxy(labels[:, 1:], ratio[0] * w, ratio[1] * h, padw=pad[0], padh=pad[1])
             if self.augment:
-                img, labels = random_perspective(img, labels, degrees=hyp["degrees"], translate=hyp["translate"],
-                                                 scale=hyp["scale"], shear=hyp["shear"],
-                                                 perspective=hyp["perspective"])
+                img, labels = random_perspective(
+                    img,
+                    labels,
+                    degrees=hyp["degrees"],
+                    translate=hyp["translate"],
+                    scale=hyp["scale"],
+                    shear=hyp["shear"],
+                    perspective=hyp["perspective"],
+                )
         n = len(labels)
         if n:
             labels[:, 1:5] = xyxy2xywhn(labels[:, 1:5], w=img.shape[1], h=img.shape[0], clip=True)
@@ -850,8 +899,20 @@ def create_dataloader(
     if rect and shuffle:
         LOGGER.warning(f"{prefix}WARNING: --rect is incompatible with shuffling, shuffle=False")
         shuffle = False
-    dataset = LoadImagesAndLabels(path, imgsz, batch_size, augment=augment, hyp=hyp, rect=rect, cache=cache,
-                                  single_cls=single_cls, stride=int(stride), pad=pad, prefix=prefix, nc=nc)
+    dataset = LoadImagesAndLabels(
+        path,
+        imgsz,
+        batch_size,
+        augment=augment,
+        hyp=hyp,
+        rect=rect,
+        cache=cache,
+        single_cls=single_cls,
+        stride=int(stride),
+        pad=pad,
+        prefix=prefix,
+        nc=nc,
+    )
     if require_labels and not any(len(lb) for lb in dataset.labels):
         raise DatasetError(f"{prefix}{dataset._no_labels_message(dataset.im_files)}")
     if batch_size > len(dataset):  # as YOLOv5: a small set (or one shrunk by corrupt files) is one batch
@@ -874,4 +935,3 @@ def create_dataloader(
         persistent_workers=nw > 0,
     )
     return loader, dataset
-

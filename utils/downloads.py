@@ -69,8 +69,9 @@ def safe_download(url: str, file: str | Path, timeout: float = 30.0, min_bytes: 
     return file
 
 
-def attempt_download_weights(weights: str | Path, weights_dir: str | Path = WEIGHTS_DIR,
-                             base_url: str = GITHUB_RELEASE, timeout: float = 30.0) -> Path:
+def attempt_download_weights(
+    weights: str | Path, weights_dir: str | Path = WEIGHTS_DIR, base_url: str = GITHUB_RELEASE, timeout: float = 30.0
+) -> Path:
     """Path to a weights file: as given if it exists, else weights_dir/<name>, downloaded from the release if needed.
 
     Names other than official release assets (yolov5n.pt ... yolov5x6.pt) are returned as given when

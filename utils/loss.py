@@ -17,8 +17,13 @@ _NEIGHBOURS = torch.tensor([[0, 0], [1, 0], [0, 1], [-1, 0], [0, -1]], dtype=tor
 _BIAS = 0.5  # a neighbour is used when the centre lies within half a cell of the shared edge
 
 
-def bbox_iou(box1: torch.Tensor, box2: torch.Tensor, xywh: bool = True, CIoU: bool = True,  # noqa: N803
-             eps: float = 1e-7) -> torch.Tensor:
+def bbox_iou(
+    box1: torch.Tensor,
+    box2: torch.Tensor,
+    xywh: bool = True,
+    CIoU: bool = True,  # noqa: N803
+    eps: float = 1e-7,
+) -> torch.Tensor:
     """Element-wise IoU (or Complete IoU) of two (..., 4) box sets; returns (..., 1).
 
     Same formula as torchvision.ops.complete_box_iou_loss (1 - loss), except that eps is added to the heights,
@@ -34,8 +39,9 @@ def bbox_iou(box1: torch.Tensor, box2: torch.Tensor, xywh: bool = True, CIoU: bo
     w1, h1 = b1x2 - b1x1, b1y2 - b1y1 + eps
     w2, h2 = b2x2 - b2x1, b2y2 - b2y1 + eps
 
-    inter = (torch.min(b1x2, b2x2) - torch.max(b1x1, b2x1)).clamp(0) * \
-            (torch.min(b1y2, b2y2) - torch.max(b1y1, b2y1)).clamp(0)
+    inter = (torch.min(b1x2, b2x2) - torch.max(b1x1, b2x1)).clamp(0) * (
+        torch.min(b1y2, b2y2) - torch.max(b1y1, b2y1)
+    ).clamp(0)
     union = w1 * h1 + w2 * h2 - inter + eps
     iou = inter / union
     if not CIoU:

@@ -352,8 +352,9 @@ def _empty_arrays(n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((t, r, n_classes, a, m), -1.0), np.full((t, n_classes, a, m), -1.0)
 
 
-def _accumulate_fast(n_images: int, n_classes: int, gt: _Boxes, dt: _Boxes, d: np.ndarray, g: np.ndarray,
-                     iou: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _accumulate_fast(
+    n_images: int, n_classes: int, gt: _Boxes, dt: _Boxes, d: np.ndarray, g: np.ndarray, iou: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """COCOeval's precision and recall arrays from faster-coco-eval's C++ matching and accumulation.
 
     gt and dt are sorted by class, then image, dt by decreasing score within an (image, class) pair and cut
@@ -379,23 +380,31 @@ def _accumulate_fast(n_images: int, n_classes: int, gt: _Boxes, dt: _Boxes, d: n
         for k in scored.tolist():
             gs, ge, ds, de = gt_bounds[k], gt_bounds[k + 1], dt_bounds[k], dt_bounds[k + 1]
             images = np.union1d(gt.image[gs:ge], dt.image[ds:de])  # sorted, as pycocotools orders images
-            gt_dicts = [{"id": i, "area": a, "iscrowd": c, "ignore": c}  # ids > 0: the C++ reads 0 as unmatched
-                        for i, a, c in zip(range(gs + 1, ge + 1), gt.area[gs:ge].tolist(), gt.crowd[gs:ge].tolist())]
-            dt_dicts = [{"id": i, "area": a, "score": s}
-                        for i, a, s in zip(range(ds + 1, de + 1), dt.area[ds:de].tolist(), dt.score[ds:de].tolist())]
+            gt_dicts = [
+                {"id": i, "area": a, "iscrowd": c, "ignore": c}  # ids > 0: the C++ reads 0 as unmatched
+                for i, a, c in zip(range(gs + 1, ge + 1), gt.area[gs:ge].tolist(), gt.crowd[gs:ge].tolist())
+            ]
+            dt_dicts = [
+                {"id": i, "area": a, "score": s}
+                for i, a, s in zip(range(ds + 1, de + 1), dt.area[ds:de].tolist(), dt.score[ds:de].tolist())
+            ]
             gt_set, dt_set = cpp.Dataset(), cpp.Dataset()
             gt_set.load_tuple((1, _groups(np.searchsorted(images, gt.image[gs:ge]), gt_dicts)))
             dt_set.load_tuple((1, _groups(np.searchsorted(images, dt.image[ds:de]), dt_dicts)))
             empty: list = []
             ious = [[empty] for _ in range(len(images))]
             b0, b1 = block_bounds[k], block_bounds[k + 1]
-            for local, s, n, ng in zip(np.searchsorted(images, block_pair[b0:b1] - k * n_images).tolist(),
-                                       block_start[b0:b1].tolist(), block_size[b0:b1].tolist(),
-                                       block_gt[b0:b1].tolist()):
+            for local, s, n, ng in zip(
+                np.searchsorted(images, block_pair[b0:b1] - k * n_images).tolist(),
+                block_start[b0:b1].tolist(),
+                block_size[b0:b1].tolist(),
+                block_gt[b0:b1].tolist(),
+            ):
                 ious[local][0] = iou[s : s + n].reshape(n // ng, ng).tolist()
             params = _coco_params(len(images), 1)
-            futures[k] = pool.submit(cpp.COCOevalEvaluateAccumulate, params, ious, gt_set, dt_set, params.imgIds,
-                                     params.catIds, True)
+            futures[k] = pool.submit(
+                cpp.COCOevalEvaluateAccumulate, params, ious, gt_set, dt_set, params.imgIds, params.catIds, True
+            )
         for k, future in futures.items():
             result = future.result()
             precision[:, :, k] = result["precision"][:, :, 0]
@@ -436,12 +445,14 @@ def _accumulate_public(n_images: int, n_classes: int, gt: _Boxes, dt: _Boxes) ->
     gt_anns = [
         {"id": i + 1, "image_id": im, "category_id": c, "bbox": b, "area": a, "iscrowd": int(cr)}
         for i, (im, c, b, a, cr) in enumerate(
-            zip(gt.image.tolist(), gt.cls.tolist(), gt.xywh.tolist(), gt.area.tolist(), gt.crowd.tolist()))
+            zip(gt.image.tolist(), gt.cls.tolist(), gt.xywh.tolist(), gt.area.tolist(), gt.crowd.tolist())
+        )
     ]
     dt_anns = [
         {"id": i + 1, "image_id": im, "category_id": c, "bbox": b, "area": a, "score": s, "iscrowd": 0}
         for i, (im, c, b, a, s) in enumerate(
-            zip(dt.image.tolist(), dt.cls.tolist(), dt.xywh.tolist(), dt.area.tolist(), dt.score.tolist()))
+            zip(dt.image.tolist(), dt.cls.tolist(), dt.xywh.tolist(), dt.area.tolist(), dt.score.tolist())
+        )
     ]
     evaluator = COCOeval_faster(coco(gt_anns), coco(dt_anns), "bbox")
     with contextlib.redirect_stdout(io.StringIO()):
@@ -460,14 +471,16 @@ def _summarize(precision: np.ndarray, recall: np.ndarray) -> np.ndarray:
     t50 = np.flatnonzero(np.isclose(IOU_THRESHOLDS, 0.5))
     t75 = np.flatnonzero(np.isclose(IOU_THRESHOLDS, 0.75))
     m100 = MAX_DETS.index(100)
-    return np.array([
-        mean(precision[:, :, :, 0, m100]),
-        mean(precision[t50][:, :, :, 0, m100]),
-        mean(precision[t75][:, :, :, 0, m100]),
-        *(mean(precision[:, :, :, a, m100]) for a in (1, 2, 3)),
-        *(mean(recall[:, :, 0, m]) for m in range(len(MAX_DETS))),
-        *(mean(recall[:, :, a, m100]) for a in (1, 2, 3)),
-    ])
+    return np.array(
+        [
+            mean(precision[:, :, :, 0, m100]),
+            mean(precision[t50][:, :, :, 0, m100]),
+            mean(precision[t75][:, :, :, 0, m100]),
+            *(mean(precision[:, :, :, a, m100]) for a in (1, 2, 3)),
+            *(mean(recall[:, :, 0, m]) for m in range(len(MAX_DETS))),
+            *(mean(recall[:, :, a, m100]) for a in (1, 2, 3)),
+        ]
+    )
 
 
 def smooth(y: np.ndarray, fraction: float = 0.05) -> np.ndarray:
@@ -504,8 +517,9 @@ def _pr_curves(tp: np.ndarray, conf: np.ndarray, cls: np.ndarray, n_gt: np.ndarr
     return grid, p_curve, r_curve, f1_curve
 
 
-def _true_positives_at_50(n_det: int, d: np.ndarray, g: np.ndarray, iou: np.ndarray, crowd: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray]:
+def _true_positives_at_50(
+    n_det: int, d: np.ndarray, g: np.ndarray, iou: np.ndarray, crowd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """YOLOv5's true positives: detections matched one-to-one to non-crowd ground truth at IoU >= 0.5.
 
     Also returns which detections count at all: an unmatched detection on a crowd region is ignored, as the
@@ -519,8 +533,15 @@ def _true_positives_at_50(n_det: int, d: np.ndarray, g: np.ndarray, iou: np.ndar
     return tp, tp | ~on_crowd
 
 
-def _evaluate(n_images: int, names: Sequence[str], category_ids: Sequence[int], gt: _Boxes, dt: _Boxes,
-              confusion: bool = False, fast: bool = True) -> DetectionMetrics:
+def _evaluate(
+    n_images: int,
+    names: Sequence[str],
+    category_ids: Sequence[int],
+    gt: _Boxes,
+    dt: _Boxes,
+    confusion: bool = False,
+    fast: bool = True,
+) -> DetectionMetrics:
     """Score detections against ground truth.
 
     Image fields of both are indices 0..n_images-1 of the sorted image ids; classes are indices into names.
@@ -533,8 +554,7 @@ def _evaluate(n_images: int, names: Sequence[str], category_ids: Sequence[int], 
     gt = gt.take(np.argsort(gt.cls * n_images + gt.image, kind="stable"))
     by_score = np.argsort(-dt.score, kind="stable")
     order = by_score[np.argsort((dt.cls * n_images + dt.image)[by_score], kind="stable")]
-    by_class = by_score[np.argsort(dt.cls[by_score].astype(np.int16 if n_classes < 2**15 else np.int64),
-                                   kind="stable")]
+    by_class = by_score[np.argsort(dt.cls[by_score].astype(np.int16 if n_classes < 2**15 else np.int64), kind="stable")]
     position = np.empty_like(order)
     position[order] = np.arange(len(order))
     by_class = position[by_class]  # the same per-class order, as positions in the sorted detections
@@ -549,8 +569,7 @@ def _evaluate(n_images: int, names: Sequence[str], category_ids: Sequence[int], 
     if fast and _fast_core_available():
         kept = np.cumsum(top) - 1  # new index of each kept detection
         edge = top[d]
-        precision, recall = _accumulate_fast(n_images, n_classes, gt, dt.take(top), kept[d[edge]], g[edge],
-                                             iou[edge])
+        precision, recall = _accumulate_fast(n_images, n_classes, gt, dt.take(top), kept[d[edge]], g[edge], iou[edge])
     else:
         precision, recall = _accumulate_public(n_images, n_classes, gt, dt)
 
@@ -574,8 +593,15 @@ def _evaluate(n_images: int, names: Sequence[str], category_ids: Sequence[int], 
     if confusion:
         cm = ConfusionMatrix(n_classes)
         solid, dc = ~gt.crowd, dt.take(counted)  # crowd regions and the detections they explain stay out
-        cm.update(gt.image[solid], _xywh_to_xyxy(gt.xywh[solid]), gt.cls[solid], dc.image, _xywh_to_xyxy(dc.xywh),
-                  dc.score, dc.cls)
+        cm.update(
+            gt.image[solid],
+            _xywh_to_xyxy(gt.xywh[solid]),
+            gt.cls[solid],
+            dc.image,
+            _xywh_to_xyxy(dc.xywh),
+            dc.score,
+            dc.cls,
+        )
         matrix = cm.matrix
 
     return DetectionMetrics(
@@ -631,8 +657,18 @@ class CocoEvaluator:
         """Ids of the images added so far, sorted."""
         return sorted(self._images)
 
-    def add(self, image_id: int, gt_boxes, gt_classes, det_boxes, det_scores, det_classes, gt_areas=None,
-            gt_crowd=None, shape: tuple[int, int] | None = None) -> None:
+    def add(
+        self,
+        image_id: int,
+        gt_boxes,
+        gt_classes,
+        det_boxes,
+        det_scores,
+        det_classes,
+        gt_areas=None,
+        gt_crowd=None,
+        shape: tuple[int, int] | None = None,
+    ) -> None:
         """Record one image: its ground truth (areas default to box areas, crowd to False) and its detections."""
         image_id = int(image_id)
         if image_id in self._images:
@@ -669,13 +705,19 @@ class CocoEvaluator:
         gt_cls, dt_cls = flat(gt["cls"], np.int64), flat(dt["cls"], np.int64)
         for cls in (gt_cls, dt_cls):
             if cls.size and (cls.min() < 0 or cls.max() >= len(self.names)):
-                raise ValueError(f"class index {int(cls.min() if cls.min() < 0 else cls.max())} out of range "
-                                 f"0..{len(self.names) - 1}")
+                raise ValueError(
+                    f"class index {int(cls.min() if cls.min() < 0 else cls.max())} out of range "
+                    f"0..{len(self.names) - 1}"
+                )
         return (
             ids,
             _boxes(flat(gt["image"], np.int64), gt_cls, gt_xywh, area, flat(gt["crowd"], bool)),
-            _boxes(flat(dt["image"], np.int64), dt_cls, dt_xywh,
-                   score=np.round(flat(dt["score"], np.float64), SCORE_DECIMALS)),
+            _boxes(
+                flat(dt["image"], np.int64),
+                dt_cls,
+                dt_xywh,
+                score=np.round(flat(dt["score"], np.float64), SCORE_DECIMALS),
+            ),
         )
 
     def evaluate(self, confusion: bool = False) -> DetectionMetrics:
@@ -698,13 +740,17 @@ class CocoEvaluator:
         _, gt, _ = self._collect()
         images = []
         for image_id, shape in self._images.items():
-            images.append({"id": image_id, "file_name": str(image_id)} if shape is None else
-                          {"id": image_id, "file_name": str(image_id), "height": shape[0], "width": shape[1]})
+            images.append(
+                {"id": image_id, "file_name": str(image_id)}
+                if shape is None
+                else {"id": image_id, "file_name": str(image_id), "height": shape[0], "width": shape[1]}
+            )
         cat_ids = np.asarray(self.category_ids)[gt.cls].tolist()
         annotations = [
             {"id": n, "image_id": i, "category_id": c, "bbox": b, "area": a, "iscrowd": int(cr)}
             for n, (i, c, b, a, cr) in enumerate(
-                zip(gt.image.tolist(), cat_ids, gt.xywh.tolist(), gt.area.tolist(), gt.crowd.tolist()), 1)
+                zip(gt.image.tolist(), cat_ids, gt.xywh.tolist(), gt.area.tolist(), gt.crowd.tolist()), 1
+            )
         ]
         categories = [{"id": c, "name": n} for c, n in zip(self.category_ids, self.names)]
         return {"images": images, "annotations": annotations, "categories": categories}
@@ -780,27 +826,35 @@ def _first_repeat(values: list[int]) -> int:
 def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
     """Read a COCO instances JSON (images, annotations with bbox/area/iscrowd, categories)."""
     data = _read_json(path, "COCO annotations")
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list) or not isinstance(
-            data.get("categories"), list):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("images"), list)
+        or not isinstance(data.get("categories"), list)
+    ):
         found = f"keys {', '.join(map(str, data))}" if isinstance(data, dict) else f"a {type(data).__name__}"
-        raise MetricsError(f"{path} is not a COCO annotations file (it needs 'images' and 'categories' lists; "
-                           f"found {found})")
+        raise MetricsError(
+            f"{path} is not a COCO annotations file (it needs 'images' and 'categories' lists; found {found})"
+        )
     if not data["images"]:
         raise MetricsError(f"{path}: its 'images' list is empty")
     try:
         id_list = [int(im["id"]) for im in data["images"]]
         images = np.unique(np.array(id_list, dtype=np.int64))
         file_names = {i: str(im["file_name"]) for i, im in zip(id_list, data["images"]) if im.get("file_name")}
-        sizes = {i: (int(im["height"]), int(im["width"])) for i, im in zip(id_list, data["images"])
-                 if isinstance(im.get("height"), (int, float)) and isinstance(im.get("width"), (int, float))}
+        sizes = {
+            i: (int(im["height"]), int(im["width"]))
+            for i, im in zip(id_list, data["images"])
+            if isinstance(im.get("height"), (int, float)) and isinstance(im.get("width"), (int, float))
+        }
         cats = sorted({int(c["id"]): str(c.get("name", c["id"])) for c in data["categories"]}.items())
         anns = data.get("annotations", [])
         category_ids = [c for c, _ in cats]
         cat_of = np.array([int(a["category_id"]) for a in anns], dtype=np.int64)
         cls, known = _index_in(category_ids, cat_of)
         if not known.all():
-            raise MetricsError(f"{path}: annotations name category ids missing from 'categories' "
-                               f"(e.g. {int(cat_of[~known][0])})")
+            raise MetricsError(
+                f"{path}: annotations name category ids missing from 'categories' (e.g. {int(cat_of[~known][0])})"
+            )
         xywh = _bbox_array([a["bbox"] for a in anns], path, "annotation")
         area = np.array([a["area"] if "area" in a else a["bbox"][2] * a["bbox"][3] for a in anns], dtype=np.float64)
         crowd = np.array([bool(a.get("iscrowd", 0)) for a in anns], dtype=bool)
@@ -814,8 +868,15 @@ def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
         raise MetricsError(f"{path}: annotations name image ids missing from 'images' (e.g. {int(unknown[0])})")
     if images.size != len(id_list):
         raise MetricsError(f"{path}: its 'images' list repeats image ids (e.g. {_first_repeat(id_list)})")
-    return CocoGroundTruth(Path(path), images, category_ids, [n for _, n in cats],
-                           _boxes(image, cls, xywh, area=area, crowd=crowd), file_names, sizes)
+    return CocoGroundTruth(
+        Path(path),
+        images,
+        category_ids,
+        [n for _, n in cats],
+        _boxes(image, cls, xywh, area=area, crowd=crowd),
+        file_names,
+        sizes,
+    )
 
 
 def load_coco_predictions(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -837,8 +898,9 @@ def load_coco_predictions(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.
     return image, cat, xywh, score
 
 
-def evaluate_coco_json(gt_path: str | Path, pred_path: str | Path, map_80_to_91: bool | None = None,
-                       confusion: bool = False) -> DetectionMetrics:
+def evaluate_coco_json(
+    gt_path: str | Path, pred_path: str | Path, map_80_to_91: bool | None = None, confusion: bool = False
+) -> DetectionMetrics:
     """Score a COCO results file against a COCO annotations file over all images of the annotations.
 
     map_80_to_91 translates category ids 0-79 to the official COCO ids; None does so when the file clearly uses
@@ -851,26 +913,35 @@ def evaluate_coco_json(gt_path: str | Path, pred_path: str | Path, map_80_to_91:
         examples = ", ".join(str(i) for i in unknown[:5])
         raise MetricsError(f"{pred_path}: {unknown.size} image id(s) not in {gt_path} (e.g. {examples})")
     if map_80_to_91 is None:
-        map_80_to_91 = (gt.category_ids == list(COCO80_TO_91) and cat.size > 0 and cat.min() >= 0
-                        and cat.max() < 80 and not np.isin(cat, COCO80_TO_91).all())
+        map_80_to_91 = (
+            gt.category_ids == list(COCO80_TO_91)
+            and cat.size > 0
+            and cat.min() >= 0
+            and cat.max() < 80
+            and not np.isin(cat, COCO80_TO_91).all()
+        )
         if map_80_to_91:
             LOGGER.info(f"{pred_path}: category ids 0-79 read as class indices, mapped to COCO ids 1-90")
     if map_80_to_91:
         cat = np.asarray(COCO80_TO_91)[cat]
     cls, known = _index_in(gt.category_ids, cat)
     if not known.all():
-        LOGGER.warning(f"WARNING: {pred_path}: {int((~known).sum())} detection(s) with category ids not in "
-                       f"{gt_path} ignored (e.g. {int(cat[~known][0])})")
+        LOGGER.warning(
+            f"WARNING: {pred_path}: {int((~known).sum())} detection(s) with category ids not in "
+            f"{gt_path} ignored (e.g. {int(cat[~known][0])})"
+        )
     dt = _boxes(image[known], cls[known], xywh[known], score=score[known])
     boxes = gt.boxes
-    gt_idx = _Boxes(np.searchsorted(gt.image_ids, boxes.image), boxes.cls, boxes.xywh, boxes.area, boxes.crowd,
-                    boxes.score)
+    gt_idx = _Boxes(
+        np.searchsorted(gt.image_ids, boxes.image), boxes.cls, boxes.xywh, boxes.area, boxes.crowd, boxes.score
+    )
     dt.image = np.searchsorted(gt.image_ids, dt.image)
     return _evaluate(len(gt.image_ids), gt.names, gt.category_ids, gt_idx, dt, confusion=confusion)
 
 
-def pycocotools_stats(gt: str | Path | dict, predictions: str | Path | list, image_ids: Sequence[int] | None = None
-                      ) -> np.ndarray:
+def pycocotools_stats(
+    gt: str | Path | dict, predictions: str | Path | list, image_ids: Sequence[int] | None = None
+) -> np.ndarray:
     """pycocotools' own 12 numbers (the reference implementation), quietly; optionally over some images only."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -901,17 +972,21 @@ def pycocotools_stats(gt: str | Path | dict, predictions: str | Path | list, ima
 def format_coco_stats(stats: Sequence[float]) -> str:
     """The 12 numbers as pycocotools prints them, one per line."""
     rows = [
-        ("Average Precision", "0.50:0.95", "all", 100), ("Average Precision", "0.50", "all", 100),
-        ("Average Precision", "0.75", "all", 100), ("Average Precision", "0.50:0.95", "small", 100),
-        ("Average Precision", "0.50:0.95", "medium", 100), ("Average Precision", "0.50:0.95", "large", 100),
-        ("Average Recall", "0.50:0.95", "all", 1), ("Average Recall", "0.50:0.95", "all", 10),
-        ("Average Recall", "0.50:0.95", "all", 100), ("Average Recall", "0.50:0.95", "small", 100),
-        ("Average Recall", "0.50:0.95", "medium", 100), ("Average Recall", "0.50:0.95", "large", 100),
+        ("Average Precision", "0.50:0.95", "all", 100),
+        ("Average Precision", "0.50", "all", 100),
+        ("Average Precision", "0.75", "all", 100),
+        ("Average Precision", "0.50:0.95", "small", 100),
+        ("Average Precision", "0.50:0.95", "medium", 100),
+        ("Average Precision", "0.50:0.95", "large", 100),
+        ("Average Recall", "0.50:0.95", "all", 1),
+        ("Average Recall", "0.50:0.95", "all", 10),
+        ("Average Recall", "0.50:0.95", "all", 100),
+        ("Average Recall", "0.50:0.95", "small", 100),
+        ("Average Recall", "0.50:0.95", "medium", 100),
+        ("Average Recall", "0.50:0.95", "large", 100),
     ]
     lines = []
     for (title, iou, area, max_det), value in zip(rows, stats):
         kind = "(AP)" if title.startswith("Average Precision") else "(AR)"
-        lines.append(f" {title:<18} {kind} @[ IoU={iou:<9} | area={area:>6s} | maxDets={max_det:>3d} ] = "
-                     f"{value:0.3f}")
+        lines.append(f" {title:<18} {kind} @[ IoU={iou:<9} | area={area:>6s} | maxDets={max_det:>3d} ] = {value:0.3f}")
     return "\n".join(lines)
-

@@ -12,8 +12,26 @@ from utils.log import LOGGER
 
 # 20 well-separated RGB colours, cycled by class index.
 _PALETTE_HEX = (
-    "E6194B", "3CB44B", "FFE119", "4363D8", "F58231", "911EB4", "46F0F0", "F032E6", "BCF60C", "FABEBE",
-    "008080", "E6BEFF", "9A6324", "FFD8B1", "800000", "AAFFC3", "808000", "FFC8A0", "000075", "FF6F61",
+    "E6194B",
+    "3CB44B",
+    "FFE119",
+    "4363D8",
+    "F58231",
+    "911EB4",
+    "46F0F0",
+    "F032E6",
+    "BCF60C",
+    "FABEBE",
+    "008080",
+    "E6BEFF",
+    "9A6324",
+    "FFD8B1",
+    "800000",
+    "AAFFC3",
+    "808000",
+    "FFC8A0",
+    "000075",
+    "FF6F61",
 )
 _PALETTE = [tuple(int(h[k : k + 2], 16) for k in (0, 2, 4)) for h in _PALETTE_HEX]
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
@@ -46,16 +64,18 @@ class Annotator:
         self.im = im
         self.lw = line_width or max(round(sum(im.shape[:2]) / 2 * 0.003), 2)
 
-    def box_label(self, box, label: str = "", color: tuple = (128, 128, 128),
-                  txt_color: tuple = (255, 255, 255)) -> None:
+    def box_label(
+        self, box, label: str = "", color: tuple = (128, 128, 128), txt_color: tuple = (255, 255, 255)
+    ) -> None:
         """Draw an xyxy box and, when label is given, the label on a filled tag above (or inside) it."""
         p1, p2 = (int(box[0]), int(box[1])), (int(box[2]), int(box[3]))
         cv2.rectangle(self.im, p1, p2, color, thickness=self.lw, lineType=cv2.LINE_AA)
         if label:
             self.label(p1, label, color, txt_color)
 
-    def label(self, corner: tuple[int, int], text: str, color: tuple = (128, 128, 128),
-              txt_color: tuple = (255, 255, 255)) -> None:
+    def label(
+        self, corner: tuple[int, int], text: str, color: tuple = (128, 128, 128), txt_color: tuple = (255, 255, 255)
+    ) -> None:
         """A filled tag with text whose lower-left corner is at corner (moved inside when it would leave the image)."""
         scale, thickness = self.lw / 3, max(self.lw - 1, 1)
         (w, h), _ = cv2.getTextSize(text, _FONT, scale, thickness)
@@ -68,8 +88,9 @@ class Annotator:
 
     def text(self, xy: tuple[int, int], text: str, txt_color: tuple = (255, 255, 255)) -> None:
         """Plain text with its lower-left corner at xy."""
-        cv2.putText(self.im, text, (int(xy[0]), int(xy[1])), _FONT, self.lw / 3, txt_color,
-                    max(self.lw - 1, 1), cv2.LINE_AA)
+        cv2.putText(
+            self.im, text, (int(xy[0]), int(xy[1])), _FONT, self.lw / 3, txt_color, max(self.lw - 1, 1), cv2.LINE_AA
+        )
 
     def result(self) -> np.ndarray:
         """The annotated image."""
@@ -86,8 +107,15 @@ def _free_name(file: Path) -> Path:
     return candidate
 
 
-def save_one_box(xyxy, im: np.ndarray, file: str | Path = "im.jpg", gain: float = 1.02, pad: int = 10,
-                 square: bool = False, save: bool = True) -> np.ndarray:
+def save_one_box(
+    xyxy,
+    im: np.ndarray,
+    file: str | Path = "im.jpg",
+    gain: float = 1.02,
+    pad: int = 10,
+    square: bool = False,
+    save: bool = True,
+) -> np.ndarray:
     """Crop an xyxy box (grown by gain and pad pixels) from a BGR image; save it as a new jpg unless save=False."""
     box = xyxy2xywh(torch.as_tensor(xyxy, dtype=torch.float32).view(-1, 4))
     if square:
@@ -116,8 +144,16 @@ def _class_name(names, cls: int) -> str:
     return str(names[cls]) if names is not None and 0 <= cls < len(names) else str(cls)
 
 
-def plot_images(images, targets, paths=None, fname: str | Path = "images.jpg", names=None,
-                max_size: int = 1920, max_subplots: int = 16, conf_thres: float = 0.25) -> np.ndarray:
+def plot_images(
+    images,
+    targets,
+    paths=None,
+    fname: str | Path = "images.jpg",
+    names=None,
+    max_size: int = 1920,
+    max_subplots: int = 16,
+    conf_thres: float = 0.25,
+) -> np.ndarray:
     """Write a mosaic jpg of a batch with its boxes; return the mosaic (BGR).
 
     images: (B, 3, H, W) RGB, uint8 or float in [0, 1]. targets: (n, 6) labels [batch_idx, cls, cx, cy, w, h]

@@ -35,8 +35,9 @@ def _polygon(cls: int, cx: float, cy: float, r: float, angle: float) -> np.ndarr
         radii = np.where(np.arange(10) % 2, 0.45 * r, r)
     else:  # cross (plus sign) with arms a third of its size thick
         a, b = r / 3, r
-        pts = np.array([(-a, -b), (a, -b), (a, -a), (b, -a), (b, a), (a, a), (a, b), (-a, b),
-                        (-a, a), (-b, a), (-b, -a), (-a, -a)])
+        pts = np.array(
+            [(-a, -b), (a, -b), (a, -a), (b, -a), (b, a), (a, a), (a, b), (-a, b), (-a, a), (-b, a), (-b, -a), (-a, -a)]
+        )
         rot = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
         return pts @ rot.T + (cx, cy)
     t = t + angle
@@ -93,8 +94,13 @@ def _write_split(folder: Path, split: str, n: int, size: int, rng: np.random.Gen
         (folder / "labels" / split / f"{name}.txt").write_text(lines)
 
 
-def generate_shapes(root: str | Path = DEFAULT_ROOT, n_train: int = N_TRAIN, n_val: int = N_VAL,
-                    img_size: int = IMG_SIZE, seed: int = SEED) -> Path:
+def generate_shapes(
+    root: str | Path = DEFAULT_ROOT,
+    n_train: int = N_TRAIN,
+    n_val: int = N_VAL,
+    img_size: int = IMG_SIZE,
+    seed: int = SEED,
+) -> Path:
     """Write the shapes dataset (train and val splits) under root; same arguments, same bytes. Returns root."""
     root = Path(root).resolve()
     tmp = root.parent / f".{root.name}.tmp{os.getpid()}"

@@ -148,9 +148,11 @@ def _list_dir(path: Path, source: str) -> list[str]:
     if not files:
         folders = sum(p.is_dir() for p in entries)
         if folders:
-            raise SourceError(f"directory {_short(source)} has no files, only {folders} subfolder"
-                              f"{'s' * (folders > 1)} (folders are not searched; use a glob such as "
-                              f"'{_short(source)}/**/*.jpg')")
+            raise SourceError(
+                f"directory {_short(source)} has no files, only {folders} subfolder"
+                f"{'s' * (folders > 1)} (folders are not searched; use a glob such as "
+                f"'{_short(source)}/**/*.jpg')"
+            )
         raise SourceError(f"directory {_short(source)} is empty")
     return files
 
@@ -187,8 +189,14 @@ def _expand(source: str) -> list[str]:
 class LoadImages:
     """Images and video files from a path, folder, glob or .txt list, one frame at a time."""
 
-    def __init__(self, source: str | Path, img_size: int | tuple[int, int] = 640, stride: int = 32,
-                 auto: bool = True, vid_stride: int = 1):
+    def __init__(
+        self,
+        source: str | Path,
+        img_size: int | tuple[int, int] = 640,
+        stride: int = 32,
+        auto: bool = True,
+        vid_stride: int = 1,
+    ):
         files = _expand(str(source))
         kinds = [_suffix(f) for f in files]
         images = [f for f, k in zip(files, kinds) if k in IMG_FORMATS]
@@ -249,8 +257,13 @@ class LoadImages:
                     LOGGER.warning("WARNING: skipping %s: %s", path, reason)
                     self.skipped.append(path)
                     continue
-                yield path, prepare(image, self.img_size, self.stride, self.auto), image, None, \
-                    f"image {index + 1}/{n} {path}: "
+                yield (
+                    path,
+                    prepare(image, self.img_size, self.stride, self.auto),
+                    image,
+                    None,
+                    f"image {index + 1}/{n} {path}: ",
+                )
                 continue
             self.mode = "video"
             if not self._open_video(path):
@@ -268,8 +281,13 @@ class LoadImages:
                     LOGGER.warning("WARNING: skipping %s: no frames could be read", path)
                     self.skipped.append(path)
                 elif self.frame < expected:
-                    LOGGER.warning("WARNING: video %s ended early: read %d of the %d frames its header announces "
-                                   "(file cut short or damaged?)", path, self.frame, expected)
+                    LOGGER.warning(
+                        "WARNING: video %s ended early: read %d of the %d frames its header announces "
+                        "(file cut short or damaged?)",
+                        path,
+                        self.frame,
+                        expected,
+                    )
             finally:
                 self.cap.release()
 
@@ -277,8 +295,15 @@ class LoadImages:
 class LoadStreams:
     """One webcam (index) or network stream read by a thread that keeps only the newest frame."""
 
-    def __init__(self, source: str, img_size: int | tuple[int, int] = 640, stride: int = 32,
-                 auto: bool = True, vid_stride: int = 1, timeout: float = 30.0):
+    def __init__(
+        self,
+        source: str,
+        img_size: int | tuple[int, int] = 640,
+        stride: int = 32,
+        auto: bool = True,
+        vid_stride: int = 1,
+        timeout: float = 30.0,
+    ):
         self.source = str(source)
         self.img_size, self.stride, self.auto = img_size, stride, auto
         self.vid_stride = max(int(vid_stride), 1)
@@ -331,12 +356,18 @@ class LoadStreams:
                     self._lock.wait_for(lambda last=seen: self._count > last or self._done, timeout=self.timeout)
                     if self._count <= seen:
                         if not self._done:
-                            LOGGER.warning("WARNING: stream %s sent no frame for %.0fs, stopping",
-                                           self.source, self.timeout)
+                            LOGGER.warning(
+                                "WARNING: stream %s sent no frame for %.0fs, stopping", self.source, self.timeout
+                            )
                         return
                     frame, seen = self._frame, self._count
-                yield self.source, prepare(frame, self.img_size, self.stride, self.auto), frame, \
-                    None, f"{self.source}: "
+                yield (
+                    self.source,
+                    prepare(frame, self.img_size, self.stride, self.auto),
+                    frame,
+                    None,
+                    f"{self.source}: ",
+                )
         finally:
             self.close()
 
@@ -353,8 +384,9 @@ def is_stream(source: str) -> bool:
     return is_url(source, STREAM_SCHEMES) and _suffix(url_filename(source)) not in IMG_FORMATS + VID_FORMATS
 
 
-def load_sources(source: str | Path, img_size: int | tuple[int, int] = 640, stride: int = 32, auto: bool = True,
-                 vid_stride: int = 1) -> LoadImages | LoadStreams:
+def load_sources(
+    source: str | Path, img_size: int | tuple[int, int] = 640, stride: int = 32, auto: bool = True, vid_stride: int = 1
+) -> LoadImages | LoadStreams:
     """The loader for a --source string; URLs of image or video files are downloaded to a temporary folder first."""
     source = str(source)
     if not source.strip():
@@ -368,4 +400,3 @@ def load_sources(source: str | Path, img_size: int | tuple[int, int] = 640, stri
             safe_download(source, file)
         source = str(file)
     return LoadImages(source, img_size, stride, auto, vid_stride)
-

@@ -31,16 +31,22 @@ def select_device(device: str = "") -> torch.device:
     if text == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
-            raise DeviceError("--device mps asks for Apple's Metal GPU, but MPS is not available here "
-                              "(use --device cpu, or '' for the best available device)")
+            raise DeviceError(
+                "--device mps asks for Apple's Metal GPU, but MPS is not available here "
+                "(use --device cpu, or '' for the best available device)"
+            )
         return torch.device("mps")
     ids = ["0"] if text == "cuda" else [d for d in text.removeprefix("cuda:").split(",") if d]
     if not ids or not all(d.isdigit() for d in ids):
-        raise DeviceError(f"invalid --device {str(device)!r}: use '' (best available), 'cpu', 'mps', 'cuda', or CUDA "
-                          f"indices such as '0' or '0,1'")
+        raise DeviceError(
+            f"invalid --device {str(device)!r}: use '' (best available), 'cpu', 'mps', 'cuda', or CUDA "
+            f"indices such as '0' or '0,1'"
+        )
     if not torch.cuda.is_available():
-        raise DeviceError(f"--device {device} asks for CUDA, but no CUDA GPU is available here (use --device cpu, or "
-                          f"'' for the best available device)")
+        raise DeviceError(
+            f"--device {device} asks for CUDA, but no CUDA GPU is available here (use --device cpu, or "
+            f"'' for the best available device)"
+        )
     count = torch.cuda.device_count()
     if max(int(d) for d in ids) >= count:
         raise DeviceError(f"--device {device}: only {count} CUDA device(s) are visible (indices 0-{count - 1})")
@@ -60,8 +66,10 @@ def resolve_half(device: torch.device, half: bool | None) -> bool:
         return False
     if half is None:
         if not fp16_is_fast(device):
-            LOGGER.info("%s runs FP16 at a fraction of its FP32 rate: using float32 (--half forces FP16)",
-                        torch.cuda.get_device_name(device))
+            LOGGER.info(
+                "%s runs FP16 at a fraction of its FP32 rate: using float32 (--half forces FP16)",
+                torch.cuda.get_device_name(device),
+            )
             return False
         return True
     return bool(half)

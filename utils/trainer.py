@@ -50,9 +50,20 @@ RANK = int(os.getenv("RANK", -1))
 WORLD_SIZE = int(os.getenv("WORLD_SIZE", 1))
 NBS = 64  # nominal batch size: gradients are accumulated up to it and weight decay is scaled to it
 RESULT_COLUMNS = [
-    "epoch", "train/box_loss", "train/obj_loss", "train/cls_loss",
-    "metrics/precision", "metrics/recall", "metrics/mAP50", "metrics/mAP50-95",
-    "val/box_loss", "val/obj_loss", "val/cls_loss", "lr/pg0", "lr/pg1", "lr/pg2",
+    "epoch",
+    "train/box_loss",
+    "train/obj_loss",
+    "train/cls_loss",
+    "metrics/precision",
+    "metrics/recall",
+    "metrics/mAP50",
+    "metrics/mAP50-95",
+    "val/box_loss",
+    "val/obj_loss",
+    "val/cls_loss",
+    "lr/pg0",
+    "lr/pg1",
+    "lr/pg2",
 ]
 # Checkpoint entries only needed to resume; removed when training ends.
 RESUME_KEYS = ("optimizer", "scaler", "ema_updates", "train_model", "best_epoch")
@@ -60,6 +71,7 @@ RESUME_KEYS = ("optimizer", "scaler", "ema_updates", "train_model", "best_epoch"
 
 class TrainError(YoloError):
     """A training request that cannot be carried out; the message is one line."""
+
 
 def plain_args(opt: argparse.Namespace) -> dict:
     """vars(opt) with only plain types (str, numbers, lists, dicts), so checkpoints load with weights_only=True."""
@@ -82,19 +94,21 @@ def plain_args(opt: argparse.Namespace) -> dict:
 
 def intersect_state_dicts(src: dict, dst: dict, exclude: tuple[str, ...] = ()) -> dict:
     """Entries of src whose name and shape match dst, skipping names containing any exclude string."""
-    return {k: v for k, v in src.items()
-            if k in dst and not any(x in k for x in exclude) and v.shape == dst[k].shape}
+    return {k: v for k, v in src.items() if k in dst and not any(x in k for x in exclude) and v.shape == dst[k].shape}
 
 
-def build_model(opt: argparse.Namespace, nc: int, hyp: dict, device: torch.device,
-                resume_ckpt: dict | None = None) -> Model:
+def build_model(
+    opt: argparse.Namespace, nc: int, hyp: dict, device: torch.device, resume_ckpt: dict | None = None
+) -> Model:
     """The model to train: from --cfg, from --weights with every matching tensor transferred, or resumed."""
     anchors = round(hyp.get("anchors") or 0) or None  # as YOLOv5: rounded, and 0 keeps the config's anchors
     if resume_ckpt is not None:  # the training weights (not the EMA) of the interrupted run
         saved_nc = resume_ckpt["yaml"].get("nc")
         if saved_nc != nc:
-            raise TrainError(f"{opt.weights} cannot be resumed: it was trained for {saved_nc} classes but {opt.data} "
-                             f"now has {nc}; start a new run with --weights {opt.weights}")
+            raise TrainError(
+                f"{opt.weights} cannot be resumed: it was trained for {saved_nc} classes but {opt.data} "
+                f"now has {nc}; start a new run with --weights {opt.weights}"
+            )
         model = _make_model(resume_ckpt["yaml"], nc, None)
         _load_resume_state(model, resume_ckpt["train_model"], f"{opt.weights}: its training weights")
         return model.to(device)
@@ -116,8 +130,10 @@ def build_model(opt: argparse.Namespace, nc: int, hyp: dict, device: torch.devic
     LOGGER.info(f"Transferred {len(matched)}/{len(model_state)} items from {path}")
     skipped = [k for k in model_state if k not in matched and not k.endswith("num_batches_tracked")]
     if skipped:
-        LOGGER.info(f"Not transferred (another shape or name, e.g. a different class count): {len(skipped)} "
-                    f"tensors, e.g. {', '.join(skipped[:3])}")
+        LOGGER.info(
+            f"Not transferred (another shape or name, e.g. a different class count): {len(skipped)} "
+            f"tensors, e.g. {', '.join(skipped[:3])}"
+        )
     return model.to(device)
 
 
@@ -126,8 +142,14 @@ def _load_resume_state(module: nn.Module, state: dict, what: str) -> None:
     own = module.state_dict()
     problem = next((f"{k} is missing" for k in own if k not in state), None)
     problem = problem or next((f"{k} is not in the model" for k in state if k not in own), None)
-    problem = problem or next((f"{k} is {tuple(v.shape)} in the file but {tuple(own[k].shape)} in the model"
-                               for k, v in state.items() if v.shape != own[k].shape), None)
+    problem = problem or next(
+        (
+            f"{k} is {tuple(v.shape)} in the file but {tuple(own[k].shape)} in the model"
+            for k, v in state.items()
+            if v.shape != own[k].shape
+        ),
+        None,
+    )
     if problem:
         raise TrainError(f"{what} do not fit its model config (a checkpoint of another model?): {problem}")
     module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
@@ -137,16 +159,30 @@ def _load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, last: s
     """optimizer.load_state_dict(state), or TrainError when the state was saved for another model."""
     try:
         optimizer.load_state_dict(state)
-        problem = next((f"group {j} lacks {k}" for j, g in enumerate(optimizer.param_groups)
-                        for k in ("initial_lr", "lr") if k not in g), None)  # both written by a real run
-        problem = problem or next((f"a {tuple(v.shape)} buffer for a {tuple(p.shape)} weight"
-                                   for p, st in optimizer.state.items() for v in st.values()
-                                   if isinstance(v, torch.Tensor) and v.dim() and v.shape != p.shape), None)
+        problem = next(
+            (
+                f"group {j} lacks {k}"
+                for j, g in enumerate(optimizer.param_groups)
+                for k in ("initial_lr", "lr")
+                if k not in g
+            ),
+            None,
+        )  # both written by a real run
+        problem = problem or next(
+            (
+                f"a {tuple(v.shape)} buffer for a {tuple(p.shape)} weight"
+                for p, st in optimizer.state.items()
+                for v in st.values()
+                if isinstance(v, torch.Tensor) and v.dim() and v.shape != p.shape
+            ),
+            None,
+        )
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         problem = " ".join(str(e).split())
     if problem:
-        raise TrainError(f"{last}: its optimizer state does not fit the model (a checkpoint of another model?): "
-                         f"{problem}")
+        raise TrainError(
+            f"{last}: its optimizer state does not fit the model (a checkpoint of another model?): {problem}"
+        )
 
 
 def _make_model(cfg, nc: int, anchors: int | None) -> Model:
@@ -173,16 +209,19 @@ def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
         if not p.requires_grad:
             LOGGER.debug(f"freezing {name}")
     if not any(p.requires_grad for p in model.parameters()):
-        raise TrainError(f"--freeze {' '.join(map(str, freeze))} freezes every layer of the {n_layers}-layer model: "
-                         f"nothing left to train")
+        raise TrainError(
+            f"--freeze {' '.join(map(str, freeze))} freezes every layer of the {n_layers}-layer model: "
+            f"nothing left to train"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Optimiser, schedule, early stopping
 
 
-def smart_optimizer(model: nn.Module, name: str = "SGD", lr: float = 0.001, momentum: float = 0.9,
-                    decay: float = 1e-5) -> torch.optim.Optimizer:
+def smart_optimizer(
+    model: nn.Module, name: str = "SGD", lr: float = 0.001, momentum: float = 0.9, decay: float = 1e-5
+) -> torch.optim.Optimizer:
     """Optimizer with three parameter groups: 0 biases, 1 weights (with decay), 2 BatchNorm weights (no decay)."""
     biases, weights, bn_weights = [], [], []
     norm_types = tuple(v for k, v in nn.__dict__.items() if "Norm" in k and isinstance(v, type))
@@ -204,8 +243,10 @@ def smart_optimizer(model: nn.Module, name: str = "SGD", lr: float = 0.001, mome
         raise TrainError(f"optimizer {name} not supported: use SGD, Adam or AdamW")
     optimizer.add_param_group({"params": weights, "weight_decay": decay})
     optimizer.add_param_group({"params": bn_weights, "weight_decay": 0.0})
-    LOGGER.info(f"optimizer: {name}(lr={lr}) with parameter groups {len(bn_weights)} weight(decay=0.0), "
-                f"{len(weights)} weight(decay={decay}), {len(biases)} bias")
+    LOGGER.info(
+        f"optimizer: {name}(lr={lr}) with parameter groups {len(bn_weights)} weight(decay=0.0), "
+        f"{len(weights)} weight(decay={decay}), {len(biases)} bias"
+    )
     return optimizer
 
 
@@ -231,9 +272,11 @@ class EarlyStopping:
         self.possible_stop = delta >= (self.patience - 1)
         stop = delta >= self.patience
         if stop:
-            LOGGER.info(f"Stopping training early as no improvement observed in last {self.patience} epochs. "
-                        f"Best results observed at epoch {self.best_epoch}, best model saved as best.pt. "
-                        f"Use --patience 0 to disable early stopping.")
+            LOGGER.info(
+                f"Stopping training early as no improvement observed in last {self.patience} epochs. "
+                f"Best results observed at epoch {self.best_epoch}, best model saved as best.pt. "
+                f"Use --patience 0 to disable early stopping."
+            )
         return stop
 
 
@@ -263,9 +306,11 @@ def check_amp(model: nn.Module, image: torch.Tensor, dtype: torch.dtype) -> bool
     del probe
     size = max(image.shape[2:])
     tol_box, tol_conf = (0.02, 0.05) if dtype == torch.float16 else (0.05, 0.1)  # bfloat16 has 8 mantissa bits
-    ok = bool(torch.isfinite(ylow).all()) and \
-        float(((ylow[..., :4] - y32[..., :4]).abs() / size).max()) < tol_box and \
-        float((ylow[..., 4:] - y32[..., 4:]).abs().max()) < tol_conf
+    ok = (
+        bool(torch.isfinite(ylow).all())
+        and float(((ylow[..., :4] - y32[..., :4]).abs() / size).max()) < tol_box
+        and float((ylow[..., 4:] - y32[..., 4:]).abs().max()) < tol_conf
+    )
     if ok:
         LOGGER.info("AMP: checks passed")
     else:
@@ -289,8 +334,10 @@ def save_or_explain(ckpt: dict, path: Path) -> None:
     except OSError as e:
         if e.errno != errno.ENOSPC:
             raise
-        raise TrainError(f"the disk is full (ENOSPC): could not write {path} (an earlier {path.name} there is kept "
-                         f"intact); free some space, then continue with --resume") from None
+        raise TrainError(
+            f"the disk is full (ENOSPC): could not write {path} (an earlier {path.name} there is kept "
+            f"intact); free some space, then continue with --resume"
+        ) from None
 
 
 def strip_optimizer(path: str | Path) -> None:
@@ -401,9 +448,23 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
     # Data: no label boxes at all (a forgotten labels folder) would train on backgrounds only, so it is refused
     with distributed_zero_first(LOCAL_RANK):
         train_loader, dataset = create_dataloader(
-            data["train"], imgsz, batch_size // WORLD_SIZE, gs, single_cls, hyp=dict(hyp), augment=True,
-            cache=None if opt.cache == "val" else opt.cache, rect=opt.rect, rank=LOCAL_RANK, workers=opt.workers,
-            shuffle=True, seed=seed, prefix="train: ", nc=nc, require_labels=True)
+            data["train"],
+            imgsz,
+            batch_size // WORLD_SIZE,
+            gs,
+            single_cls,
+            hyp=dict(hyp),
+            augment=True,
+            cache=None if opt.cache == "val" else opt.cache,
+            rect=opt.rect,
+            rank=LOCAL_RANK,
+            workers=opt.workers,
+            shuffle=True,
+            seed=seed,
+            prefix="train: ",
+            nc=nc,
+            require_labels=True,
+        )
     nb = len(train_loader)
     batch_size = train_loader.batch_size * WORLD_SIZE  # the loader clips the batch to a small dataset
 
@@ -421,9 +482,20 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
         (save_dir / "hyp.yaml").write_text(yaml.safe_dump(opt.hyp, sort_keys=False), encoding="utf-8")
         (save_dir / "opt.yaml").write_text(yaml.safe_dump(plain_args(opt), sort_keys=False), encoding="utf-8")
         val_loader = create_dataloader(
-            data["val"], imgsz, train_loader.batch_size * 2, gs, single_cls, hyp=dict(hyp),
-            cache=None if opt.noval else opt.cache, rect=True, rank=-1, workers=opt.workers * 2, pad=0.5,
-            prefix="val: ", nc=nc)[0]
+            data["val"],
+            imgsz,
+            train_loader.batch_size * 2,
+            gs,
+            single_cls,
+            hyp=dict(hyp),
+            cache=None if opt.noval else opt.cache,
+            rect=True,
+            rank=-1,
+            workers=opt.workers * 2,
+            pad=0.5,
+            prefix="val: ",
+            nc=nc,
+        )[0]
         val_bs = val_loader.batch_size  # clipped to a small val set
         if not opt.resume:
             if not opt.noautoanchor:
@@ -456,8 +528,10 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
             else:
                 LOGGER.warning("WARNING: --sync-bn needs CUDA, ignored on CPU")
         model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[LOCAL_RANK] if device.type == "cuda" else None,
-            output_device=LOCAL_RANK if device.type == "cuda" else None)
+            model,
+            device_ids=[LOCAL_RANK] if device.type == "cuda" else None,
+            output_device=LOCAL_RANK if device.type == "cuda" else None,
+        )
 
     # Precision
     amp_dtype = resolve_amp(opt.amp, device)
@@ -488,8 +562,10 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
     scheduler.last_epoch = start_epoch - 1
     stopper, stop = EarlyStopping(opt.patience, best_fitness, best_epoch), False
     if main_process:
-        LOGGER.info(f"Image sizes {imgsz} train, {imgsz} val\nUsing {train_loader.num_workers} dataloader workers\n"
-                    f"Logging results to {save_dir}\nStarting training for {epochs} epochs...")
+        LOGGER.info(
+            f"Image sizes {imgsz} train, {imgsz} val\nUsing {train_loader.num_workers} dataloader workers\n"
+            f"Logging results to {save_dir}\nStarting training for {epochs} epochs..."
+        )
     epoch = start_epoch
     for epoch in range(start_epoch, epochs):
         model.train()
@@ -498,8 +574,9 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
         mloss = torch.zeros(3, device=device)
         pbar = enumerate(train_loader)
         if main_process:
-            LOGGER.info(("\n" + "%11s" * 7) % ("Epoch", "GPU_mem", "box_loss", "obj_loss", "cls_loss", "Instances",
-                                               "Size"))
+            LOGGER.info(
+                ("\n" + "%11s" * 7) % ("Epoch", "GPU_mem", "box_loss", "obj_loss", "cls_loss", "Instances", "Size")
+            )
             pbar = tqdm(pbar, total=nb, bar_format="{l_bar}{bar:10}{r_bar}")
         optimizer.zero_grad()
         n_skipped = 0
@@ -536,8 +613,9 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
             if not _all_finite_across_ranks(loss):
                 n_skipped += 1
                 if main_process:
-                    LOGGER.warning(f"WARNING: non-finite loss {loss_items.tolist()} at epoch {epoch} batch {i}, "
-                                   f"step skipped")
+                    LOGGER.warning(
+                        f"WARNING: non-finite loss {loss_items.tolist()} at epoch {epoch} batch {i}, step skipped"
+                    )
                 optimizer.zero_grad()
                 continue
             scaler.scale(loss).backward()
@@ -558,8 +636,10 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
             if main_process:
                 mloss = (mloss * i + loss_items) / (i + 1)
                 mem = f"{torch.cuda.memory_reserved(device) / 1e9 if device.type == 'cuda' else 0:.3g}G"
-                pbar.set_description(("%11s" * 2 + "%11.4g" * 5) % (
-                    f"{epoch}/{epochs - 1}", mem, *mloss.tolist(), targets.shape[0], imgs.shape[-1]))
+                pbar.set_description(
+                    ("%11s" * 2 + "%11.4g" * 5)
+                    % (f"{epoch}/{epochs - 1}", mem, *mloss.tolist(), targets.shape[0], imgs.shape[-1])
+                )
                 if plots and ni < 3:
                     save_batch_plot(imgs, targets, paths, save_dir / f"train_batch{ni}.jpg", names)
         if n_skipped and main_process:
@@ -573,9 +653,17 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
             eval_model = _fp16_rounded(ema.ema)  # score exactly the weights the checkpoint will hold
             if not opt.noval or final_epoch:
                 results, maps, _ = validate(
-                    data, batch_size=val_bs, imgsz=imgsz, half=amp_dtype == torch.float16, model=eval_model,
-                    single_cls=single_cls, dataloader=val_loader, save_dir=save_dir, plots=False,
-                    compute_loss=compute_loss)
+                    data,
+                    batch_size=val_bs,
+                    imgsz=imgsz,
+                    half=amp_dtype == torch.float16,
+                    model=eval_model,
+                    single_cls=single_cls,
+                    dataloader=val_loader,
+                    save_dir=save_dir,
+                    plots=False,
+                    compute_loss=compute_loss,
+                )
             fi = float(fitness(results))
             stop = stopper(epoch, fi)
             if fi > best_fitness:
@@ -585,10 +673,17 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
             if not opt.nosave or final_epoch or stop:
                 if all_finite(ema.ema) and all_finite(de_parallel(model)):
                     ckpt = checkpoint_dict(
-                        ema.ema, epoch=epoch, best_fitness=best_fitness, optimizer=optimizer.state_dict(),
-                        scaler=scaler.state_dict(), ema_updates=ema.updates,
-                        train_model=fp16_state_dict(de_parallel(model)), train_args=plain_args(opt),
-                        best_epoch=stopper.best_epoch, date=datetime.now().isoformat())
+                        ema.ema,
+                        epoch=epoch,
+                        best_fitness=best_fitness,
+                        optimizer=optimizer.state_dict(),
+                        scaler=scaler.state_dict(),
+                        ema_updates=ema.updates,
+                        train_model=fp16_state_dict(de_parallel(model)),
+                        train_args=plain_args(opt),
+                        best_epoch=stopper.best_epoch,
+                        date=datetime.now().isoformat(),
+                    )
                     save_or_explain(ckpt, last)
                     if best_fitness == fi:
                         save_or_explain(ckpt, best)
@@ -613,9 +708,18 @@ def train(hyp: dict, opt: argparse.Namespace, device: torch.device, resume_ckpt:
         if best.exists():
             LOGGER.info(f"\nValidating {best}...")
             results, _, _ = validate(
-                data, batch_size=val_bs, imgsz=imgsz, half=amp_dtype == torch.float16,
-                model=load_model(best, device=device), single_cls=single_cls, dataloader=val_loader,
-                save_dir=save_dir, plots=plots, compute_loss=compute_loss, verbose=True)
+                data,
+                batch_size=val_bs,
+                imgsz=imgsz,
+                half=amp_dtype == torch.float16,
+                model=load_model(best, device=device),
+                single_cls=single_cls,
+                dataloader=val_loader,
+                save_dir=save_dir,
+                plots=plots,
+                compute_loss=compute_loss,
+                verbose=True,
+            )
         if plots:
             _plot("plot_results", results_csv)
         LOGGER.info(f"Results saved to {save_dir}")

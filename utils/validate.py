@@ -78,15 +78,17 @@ def _match_file(file: Path, by_name: dict, known: set[int], ann_json: Path) -> i
     """One image's id: a unique file_name basename (a longer path suffix settles ties), else its numeric stem."""
     candidates = by_name.get(file.name, [])
     if len(candidates) > 1:  # the same basename in several folders: the file_name whose path ends like ours
-        candidates = [(p, i) for p, i in candidates if file.parts[-len(p):] == p]
+        candidates = [(p, i) for p, i in candidates if file.parts[-len(p) :] == p]
         if len(candidates) != 1:
             raise TestError(f"{ann_json}: several images are named {file.name}; cannot tell which one {file} is")
     if candidates:
         return candidates[0][1]
     if file.stem.isdigit() and int(file.stem) in known:
         return int(file.stem)
-    raise TestError(f"{ann_json} has no image for {file} (no file_name {file.name!r}, no image id "
-                    f"{int(file.stem) if file.stem.isdigit() else 'from its name'})")
+    raise TestError(
+        f"{ann_json} has no image for {file} (no file_name {file.name!r}, no image id "
+        f"{int(file.stem) if file.stem.isdigit() else 'from its name'})"
+    )
 
 
 def coco_category_ids(names: list[str]) -> list[int] | None:
@@ -94,8 +96,9 @@ def coco_category_ids(names: list[str]) -> list[int] | None:
     return list(COCO80_TO_91) if list(names) == list(COCO80_NAMES) else None
 
 
-def _json_ground_truth(ann_json: str, names: list[str], files: list[str]
-                       ) -> tuple[CocoGroundTruth, np.ndarray, list[int]]:
+def _json_ground_truth(
+    ann_json: str, names: list[str], files: list[str]
+) -> tuple[CocoGroundTruth, np.ndarray, list[int]]:
     """The COCO annotations file as ground truth: (its arrays, category id -> class index table, image ids of files).
 
     Raises MetricsError or TestError when the file cannot be read or does not describe these images and classes."""
@@ -109,8 +112,10 @@ def _json_ground_truth(ann_json: str, names: list[str], files: list[str]
     elif len(gt.category_ids) == len(names):
         table = gt.category_ids  # the i-th category by id is class i
         if gt.names != list(names):
-            LOGGER.warning(f"WARNING: {ann_json} category names differ from the data YAML's; class i is taken to be "
-                           f"the i-th category by id")
+            LOGGER.warning(
+                f"WARNING: {ann_json} category names differ from the data YAML's; class i is taken to be "
+                f"the i-th category by id"
+            )
     else:
         raise TestError(f"{ann_json} has {len(gt.category_ids)} categories but the data has {len(names)} classes")
     class_of = np.full(max(max(table), max(gt.category_ids)) + 1, -1, np.int64)
@@ -141,12 +146,14 @@ def _print_table(m: DetectionMetrics, seen: int, verbose: bool, training: bool) 
     nc = len(m.names)
     if nc > 1 and (verbose or (nc < 50 and not training)):
         for c in np.flatnonzero(m.present):
-            LOGGER.info(row % (m.names[c], m.class_images[c], m.instances[c], m.precision[c], m.recall[c],
-                               m.ap50[c], m.ap[c]))
+            LOGGER.info(
+                row % (m.names[c], m.class_images[c], m.instances[c], m.precision[c], m.recall[c], m.ap50[c], m.ap[c])
+            )
 
 
-def _save_json_and_check(evaluator: CocoEvaluator, save_dir: Path, ann_json: str | None,
-                         metrics: DetectionMetrics) -> np.ndarray | None:
+def _save_json_and_check(
+    evaluator: CocoEvaluator, save_dir: Path, ann_json: str | None, metrics: DetectionMetrics
+) -> np.ndarray | None:
     """Write predictions.json, score it with pycocotools against ann_json (or a ground-truth JSON written from
     the labels) and compare with our numbers; returns pycocotools' 12 numbers, or None when it could not run."""
     pred_file = save_dir / "predictions.json"
@@ -174,8 +181,9 @@ def _save_json_and_check(evaluator: CocoEvaluator, save_dir: Path, ann_json: str
     return stats
 
 
-def write_results_json(path: Path, metrics: DetectionMetrics, speed_ms: tuple[float, float, float],
-                       pycocotools: np.ndarray | None = None) -> None:
+def write_results_json(
+    path: Path, metrics: DetectionMetrics, speed_ms: tuple[float, float, float], pycocotools: np.ndarray | None = None
+) -> None:
     """results.json: the summary metrics, the per-class table, speed, image/instance counts, pycocotools' stats."""
     out = {
         "metrics": metrics.summary_dict(),
@@ -220,21 +228,31 @@ def _count_images(data: dict, split: str) -> int:
     return len(list_image_files(data[split], prefix=f"{split}: "))
 
 
-def _validation_loader(data: dict, split: str, task: str, imgsz: int, batch_size: int, stride: int,
-                       single_cls: bool, workers: int, nc: int):
+def _validation_loader(
+    data: dict, split: str, task: str, imgsz: int, batch_size: int, stride: int, single_cls: bool, workers: int, nc: int
+):
     """YOLOv5's validation loader: rectangular batches padded by half a stride (square for --task speed).
 
     create_dataloader clips the batch to the images that remain once corrupt ones are dropped."""
     pad, rect = (0.0, False) if task == "speed" else (0.5, True)
-    return create_dataloader(data[split], imgsz, batch_size, stride, single_cls, pad=pad,
-                             rect=rect, workers=workers, prefix=f"{split}: ", nc=nc)[0]
+    return create_dataloader(
+        data[split],
+        imgsz,
+        batch_size,
+        stride,
+        single_cls,
+        pad=pad,
+        rect=rect,
+        workers=workers,
+        prefix=f"{split}: ",
+        nc=nc,
+    )[0]
 
 
 _FALLBACK_WARNED: set[str] = set()  # data YAML ann_json files already reported unusable during training
 
 
-def _ground_truth_json(ann_json: str | None, data: dict, names: list[str], files: list[str], use: bool,
-                       training: bool):
+def _ground_truth_json(ann_json: str | None, data: dict, names: list[str], files: list[str], use: bool, training: bool):
     """The COCO JSON to score against, if any: (its path, (ground truth, class table), image ids of files).
 
     Without a JSON the ids come from the file names and the YOLO labels are the ground truth: (None, None, ids).
@@ -243,8 +261,10 @@ def _ground_truth_json(ann_json: str | None, data: dict, names: list[str], files
     fall back to the labels, with one warning, so a training run is not lost at its first validation.
     """
     if not use and ann_json:
-        LOGGER.warning(f"WARNING: --ann-json {ann_json} is not used with --single-cls or --task speed: scoring "
-                       f"against the YOLO labels")
+        LOGGER.warning(
+            f"WARNING: --ann-json {ann_json} is not used with --single-cls or --task speed: scoring "
+            f"against the YOLO labels"
+        )
     path = (ann_json or data.get("ann_json")) if use else None
     if not path:
         return None, None, image_ids_for(files)
@@ -274,8 +294,10 @@ def _label_files(files: list[str], folder: Path) -> dict[str, Path]:
         out[f] = folder / f"{name}.txt"
     renamed = [f for f in files if out[f].stem != Path(f).stem]
     if renamed:
-        LOGGER.warning(f"WARNING: {len(renamed)} image(s) share a file stem with another, e.g. {renamed[0]}: their "
-                       f"--save-txt labels are {out[renamed[0]].name} and so on")
+        LOGGER.warning(
+            f"WARNING: {len(renamed)} image(s) share a file stem with another, e.g. {renamed[0]}: their "
+            f"--save-txt labels are {out[renamed[0]].name} and so on"
+        )
     return out
 
 
@@ -340,8 +362,10 @@ def run(
     else:
         model, device, half, autocast, channels_last = _standalone_model(weights, device, half, bf16)
         if not single_cls and len(model.names) != nc:
-            raise TestError(f"the weights predict {len(model.names)} classes but {data.get('yaml_file', 'the data')} "
-                            f"has {nc}: pass the data YAML the model was trained on")
+            raise TestError(
+                f"the weights predict {len(model.names)} classes but {data.get('yaml_file', 'the data')} "
+                f"has {nc}: pass the data YAML the model was trained on"
+            )
     stride = max(int(model.stride.max()), 32)
     save_dir = Path(save_dir) if save_dir else increment_path(Path(project) / name, exist_ok=exist_ok)
     if dataloader is None:
@@ -351,8 +375,9 @@ def run(
 
     # Ground truth: the official COCO JSON when there is one (crowd regions and areas as the protocol wants
     # them), else the YOLO labels scaled back to original-image pixels.
-    ann_json, json_gt, ids = _ground_truth_json(ann_json, data, names, files, use=not single_cls and task != "speed",
-                                                training=training)
+    ann_json, json_gt, ids = _ground_truth_json(
+        ann_json, data, names, files, use=not single_cls and task != "speed", training=training
+    )
     id_of = dict(zip(files, ids))
     txt_of = _label_files(files, save_dir / "labels") if save_txt else {}
     _make_folder(save_dir / "labels" if save_txt else save_dir)
@@ -385,8 +410,9 @@ def run(
             t2 = time_sync(device)
             if compute_loss is not None:
                 loss += compute_loss([x.float() for x in train_out], targets)[1]
-            output = non_max_suppression(preds.float(), conf_thres, iou_thres, multi_label=True,
-                                         agnostic=single_cls, max_det=max_det)
+            output = non_max_suppression(
+                preds.float(), conf_thres, iou_thres, multi_label=True, agnostic=single_cls, max_det=max_det
+            )
             t3 = time_sync(device)
             for k, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
                 totals[k] += dt
@@ -394,15 +420,23 @@ def run(
                 seen += 1
                 if single_cls:
                     det[:, 5] = 0
-                _add_image(evaluator, id_of[paths[si]], det, targets[targets[:, 0] == si, 1:], im.shape[2:],
-                           shapes[si], json_gt)
+                _add_image(
+                    evaluator,
+                    id_of[paths[si]],
+                    det,
+                    targets[targets[:, 0] == si, 1:],
+                    im.shape[2:],
+                    shapes[si],
+                    json_gt,
+                )
                 image_hw[paths[si]] = tuple(int(x) for x in shapes[si][0])
                 if save_txt:
                     _save_txt(det, im.shape[2:], shapes[si], save_conf, txt_of[paths[si]])
             if plots and batch_i < 3:
                 save_batch_plot(im, targets, paths, save_dir / f"val_batch{batch_i}_labels.jpg", names)
-                save_batch_plot(im, _predictions_to_targets(output), paths, save_dir / f"val_batch{batch_i}_pred.jpg",
-                            names)
+                save_batch_plot(
+                    im, _predictions_to_targets(output), paths, save_dir / f"val_batch{batch_i}_pred.jpg", names
+                )
     finally:
         model.train(was_training)
 
@@ -413,8 +447,10 @@ def run(
     speed = tuple(t / max(seen, 1) * 1e3 for t in totals)
     if not training or verbose:
         pre, inference, nms = speed
-        LOGGER.info(f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at "
-                    f"shape ({dataloader.batch_size}, 3, {imgsz}, {imgsz})")
+        LOGGER.info(
+            f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at "
+            f"shape ({dataloader.batch_size}, 3, {imgsz}, {imgsz})"
+        )
     if not training or verbose:
         LOGGER.info(f"COCO protocol (faster-coco-eval):\n{format_coco_stats(metrics.stats)}")
     coco_stats = _save_json_and_check(evaluator, save_dir, ann_json, metrics) if save_json else None
@@ -429,25 +465,36 @@ def run(
         write_results_json(save_dir / "results.json", metrics, speed, coco_stats)
     if not training:
         n_txt = len(list((save_dir / "labels").glob("*.txt"))) if save_txt else 0
-        LOGGER.info(f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt
-                                                       else ""))
+        LOGGER.info(
+            f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt else "")
+        )
     losses = (loss.cpu() / max(len(dataloader), 1)).tolist()
     return (metrics.mp, metrics.mr, metrics.map50, metrics.map, *losses), metrics.maps, speed
 
 
-def _check_json_sizes(ann_json: str, gt: CocoGroundTruth, image_hw: dict[str, tuple[int, int]],
-                      id_of: dict[str, int]) -> None:
+def _check_json_sizes(
+    ann_json: str, gt: CocoGroundTruth, image_hw: dict[str, tuple[int, int]], id_of: dict[str, int]
+) -> None:
     """Warn when the JSON's height/width differ from the images': its boxes then describe other (resized) images."""
     differ = [f for f, hw in image_hw.items() if gt.sizes.get(id_of[f], hw) != hw]
     if differ:
         f = differ[0]
         (h, w), (jh, jw) = image_hw[f], gt.sizes[id_of[f]]
-        LOGGER.warning(f"WARNING: {len(differ)} image(s) differ in size from {ann_json}, e.g. {f} is {w}x{h} but "
-                       f"{jw}x{jh} there: its boxes may be for other (e.g. resized) images, and the mAP meaningless")
+        LOGGER.warning(
+            f"WARNING: {len(differ)} image(s) differ in size from {ann_json}, e.g. {f} is {w}x{h} but "
+            f"{jw}x{jh} there: its boxes may be for other (e.g. resized) images, and the mAP meaningless"
+        )
 
 
-def _add_image(evaluator: CocoEvaluator, image_id: int, det: torch.Tensor, labels: torch.Tensor,
-               input_hw: tuple[int, int], shapes: tuple, json_gt) -> None:
+def _add_image(
+    evaluator: CocoEvaluator,
+    image_id: int,
+    det: torch.Tensor,
+    labels: torch.Tensor,
+    input_hw: tuple[int, int],
+    shapes: tuple,
+    json_gt,
+) -> None:
     """One image's detections and ground truth, both in original-image pixels, into the evaluator.
 
     labels: (n, 5) [cls, cx, cy, w, h] normalised to the network input; shapes: the dataset's ((h0, w0),
@@ -460,8 +507,17 @@ def _add_image(evaluator: CocoEvaluator, image_id: int, det: torch.Tensor, label
     if json_gt is not None:
         gt, class_of = json_gt
         gt_boxes, categories, areas, crowd = gt.image(image_id)
-        evaluator.add(image_id, gt_boxes, class_of[categories], boxes, det[:, 4], classes, gt_areas=areas,
-                      gt_crowd=crowd, shape=(h0, w0))
+        evaluator.add(
+            image_id,
+            gt_boxes,
+            class_of[categories],
+            boxes,
+            det[:, 4],
+            classes,
+            gt_areas=areas,
+            gt_crowd=crowd,
+            shape=(h0, w0),
+        )
         return
     height, width = input_hw
     labels = labels.detach().cpu().double()
@@ -482,12 +538,19 @@ def _save_txt(det: torch.Tensor, input_hw: tuple[int, int], shapes: tuple, save_
     file.write_text("".join(f"{x}\n" for x in lines))
 
 
-def score_files(ann_json: str | Path, pred_json: str | Path, project: str | Path = "runs/test", name: str = "exp",
-                exist_ok: bool = False) -> DetectionMetrics:
+def score_files(
+    ann_json: str | Path,
+    pred_json: str | Path,
+    project: str | Path = "runs/test",
+    name: str = "exp",
+    exist_ok: bool = False,
+) -> DetectionMetrics:
     """Score an existing COCO results file against a COCO annotations file; print the 12 numbers, save results.json."""
     metrics = evaluate_coco_json(ann_json, pred_json)
-    LOGGER.info(f"{Path(pred_json).name} against {Path(ann_json).name} ({metrics.images} images, "
-                f"{int(metrics.instances.sum())} instances):\n{format_coco_stats(metrics.stats)}")
+    LOGGER.info(
+        f"{Path(pred_json).name} against {Path(ann_json).name} ({metrics.images} images, "
+        f"{int(metrics.instances.sum())} instances):\n{format_coco_stats(metrics.stats)}"
+    )
     save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
     _make_folder(save_dir)
     write_results_json(save_dir / "results.json", metrics, (0.0, 0.0, 0.0))
