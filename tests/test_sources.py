@@ -15,8 +15,6 @@ from utils.sources import (
     is_stream,
     load_sources,
     prepare,
-    read_image,
-    read_image_checked,
 )
 
 
@@ -44,49 +42,6 @@ def _write_video(path: Path, frames: int = 6, size: tuple[int, int] = (64, 48)) 
             writer.release()
             return file
     pytest.skip("this OpenCV build can write neither mp4v nor MJPG video")
-
-
-# --- read_image ---------------------------------------------------------------------------------------------
-
-
-def test_read_image_formats_become_bgr_uint8(tmp_path):
-    bgr = _photo()
-    gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
-    cases = {
-        "color.png": (bgr, bgr),
-        "gray.png": (gray, cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)),
-        "deep.png": (bgr.astype(np.uint16) * 257, bgr),  # 16-bit: 65535 maps to 255
-        "alpha.png": (np.dstack([bgr, np.full(bgr.shape[:2], 7, np.uint8)]), bgr),  # alpha dropped, not blended
-        "gray16.tif": ((gray.astype(np.uint16) * 257), cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)),
-        "float.pfm": (bgr.astype(np.float32) / 255, bgr),  # float in [0, 1]
-    }
-    for name, (stored, expected) in cases.items():
-        image = read_image(_write(tmp_path / name, stored))
-        assert image is not None, name
-        assert image.dtype == np.uint8 and image.shape == (100, 200, 3), name
-        np.testing.assert_array_equal(image, expected, err_msg=name)
-
-
-def test_read_image_unicode_path(tmp_path):
-    path = tmp_path / "bild_ä_图.png"
-    ok, encoded = cv2.imencode(".png", _photo())
-    encoded.tofile(str(path))
-    assert read_image(path).shape == (100, 200, 3)
-
-
-def test_read_image_refuses_broken_files(tmp_path):
-    jpg = _write(tmp_path / "whole.jpg", _photo(200, 300))
-    data = jpg.read_bytes()
-    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
-    png = _write(tmp_path / "whole.png", _photo()).read_bytes()
-    (tmp_path / "cut.png").write_bytes(png[: len(png) - 30])
-    (tmp_path / "text.jpg").write_text("not an image")
-    (tmp_path / "empty.png").write_bytes(b"")
-    assert read_image(jpg) is not None
-    for name in ("cut.jpg", "cut.png", "text.jpg", "empty.png", "missing.png"):
-        image, reason = read_image_checked(tmp_path / name)
-        assert image is None and reason and "\n" not in reason, name
-    assert "truncated" in read_image_checked(tmp_path / "cut.jpg")[1]
 
 
 def test_prepare_is_letterboxed_chw_rgb():
@@ -243,22 +198,6 @@ def test_attempt_download_weights(tmp_path):
     got = attempt_download_weights("yolov5n.pt", weights_dir, base_url=release.as_uri())
     assert got == weights_dir / "yolov5n.pt" and got.stat().st_size == 200_000
     assert attempt_download_weights("yolov5n.pt", weights_dir, base_url="http://unused") == got  # found locally
-
-
-def test_jpeg_exif_orientation_is_applied(tmp_path):
-    from PIL import Image
-
-    from utils.sources import read_image
-
-    pixels = np.zeros((100, 200, 3), np.uint8)
-    pixels[:, :50] = 255  # white band on the left
-    image = Image.fromarray(pixels)
-    exif = image.getexif()
-    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
-    image.save(tmp_path / "rotated.jpg", exif=exif)
-    out = read_image(tmp_path / "rotated.jpg")
-    assert out.shape == (200, 100, 3)
-    assert out[:50].mean() > 200 and out[150:].mean() < 50  # the band is now on top
 
 
 # --- issue #8: sources that used to be misread -----------------------------------------------------------------

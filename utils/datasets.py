@@ -23,6 +23,7 @@ from utils.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, r
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
 from utils.downloads import DownloadError, is_url, safe_download, url_filename
 from utils.errors import YoloError
+from utils.images import IMG_FORMATS, TRUNCATED_JPEG, is_image_file, jpeg_file_truncated, list_files, read_image
 from utils.log import LOGGER
 
 try:  # Pillow comes with matplotlib; used only to read image headers (size, EXIF) when verifying
@@ -31,7 +32,6 @@ except ImportError:  # pragma: no cover - verification falls back to a full Open
     Image = None
 
 ROOT = Path(__file__).resolve().parents[1]
-IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
 CACHE_VERSION = 1
 MAX_CLASSES = 100_000  # LVIS has 1203; more is a typo
 MIN_SIZE = 10  # images smaller than this (px) on any side are rejected
@@ -341,7 +341,7 @@ def list_image_files(path, prefix: str = "") -> list[str]:
     for p in path if isinstance(path, (list, tuple)) else [path]:
         p = Path(p)
         if p.is_dir():
-            files += [str(f) for f in p.rglob("*.*") if not f.is_dir()]  # a folder named x.jpg is no image
+            files += list_files(p, recursive=True)
         elif p.is_file() and p.suffix.lower() == ".txt":
             parent = p.parent
             try:
@@ -359,22 +359,10 @@ def list_image_files(path, prefix: str = "") -> list[str]:
             files.append(str(p))
         else:
             raise DatasetError(f"{prefix}{p} does not exist")
-    images = sorted(f for f in files if f.rsplit(".", 1)[-1].lower() in IMG_FORMATS)
+    images = sorted(f for f in files if is_image_file(f))
     if not images:
         raise DatasetError(f"{prefix}no images found in {path} (formats: {', '.join(IMG_FORMATS)})")
     return images
-
-
-def _jpeg_truncated(file: str) -> bool:
-    """True when a JPEG lacks its end-of-image marker (FF D9) after the last scan (FF DA): a cut-off download.
-    Checks the last bytes first so that the whole file is read only for JPEGs with trailing data."""
-    with open(file, "rb") as f:
-        f.seek(max(os.path.getsize(file) - 64, 0))
-        if f.read().rstrip(b"\x00").endswith(b"\xff\xd9"):
-            return False
-        f.seek(0)
-        raw = f.read()
-    return raw.rfind(b"\xff\xd9") < raw.rfind(b"\xff\xda")  # FF D9 cannot occur inside entropy-coded data
 
 
 def _image_size(file: str) -> tuple[int, int]:
@@ -392,10 +380,10 @@ def _image_size(file: str) -> tuple[int, int]:
             raise ValueError("not an image or unsupported format") from None
         except Exception as e:  # Pillow raises many types for damaged files
             raise ValueError(f"unreadable image ({' '.join(str(e).split())})") from None
-        if fmt in ("jpeg", "mpo") and _jpeg_truncated(file):
-            raise ValueError("truncated JPEG (no end-of-image marker after the last scan)")
+        if fmt in ("jpeg", "mpo") and jpeg_file_truncated(file):
+            raise ValueError(TRUNCATED_JPEG)
         return w, h
-    im = _imread(file)
+    im = read_image(file)
     if im is None:
         raise ValueError("OpenCV cannot decode this file")
     return im.shape[1], im.shape[0]
@@ -548,21 +536,6 @@ def _save_cache(path: Path, cache: dict) -> bool:
         except OSError:
             pass
         return False
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Reading images
-
-
-def _imread(file: str) -> np.ndarray | None:
-    """Any supported image as 3-channel BGR uint8 (grey, 16-bit and alpha converted; EXIF rotation applied)."""
-    try:
-        im = cv2.imread(file, cv2.IMREAD_COLOR)
-        if im is None:  # e.g. non-ASCII paths on some platforms
-            im = cv2.imdecode(np.fromfile(file, np.uint8), cv2.IMREAD_COLOR)
-        return im
-    except (cv2.error, OSError, ValueError):
-        return None
 
 
 class LoadImagesAndLabels(Dataset):
@@ -730,7 +703,7 @@ class LoadImagesAndLabels(Dataset):
         return mode
 
     def _write_npy(self, i: int) -> None:
-        im = _imread(self.im_files[i])
+        im = read_image(self.im_files[i])
         if im is not None:
             np.save(self.npy_files[i], im, allow_pickle=False)
 
@@ -761,7 +734,7 @@ class LoadImagesAndLabels(Dataset):
             except (OSError, ValueError):
                 im = None
         if im is None:
-            im = _imread(self.im_files[i])
+            im = read_image(self.im_files[i])
         if im is None:  # it was fine when verified; keep training on a grey placeholder rather than crash
             if i not in self._bad:
                 LOGGER.warning(f"{self.prefix}WARNING: {self.im_files[i]} could not be read, using a blank image")

@@ -18,10 +18,9 @@ import numpy as np
 from utils.augment import letterbox
 from utils.downloads import is_url, safe_download, url_filename
 from utils.errors import YoloError
+from utils.images import IMG_FORMATS, VID_FORMATS, list_files, read_image_checked, suffix
 from utils.log import LOGGER
 
-IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
-VID_FORMATS = ("asf", "avi", "gif", "m4v", "mkv", "mov", "mp4", "mpeg", "mpg", "ts", "wmv")
 STREAM_SCHEMES = ("rtsp", "rtmp", "http", "https")
 
 Item = tuple[str, np.ndarray, np.ndarray, "cv2.VideoCapture | None", str]
@@ -42,69 +41,6 @@ def open_capture(target: str | int) -> cv2.VideoCapture:
     finally:
         if logging:
             logging.setLogLevel(level)
-
-
-def _suffix(path: str | Path) -> str:
-    return Path(path).suffix[1:].lower()
-
-
-def _to_bgr_uint8(image: np.ndarray) -> np.ndarray:
-    """Grayscale, 16-bit, float and 4-channel images as 3-channel BGR uint8."""
-    if image.dtype == np.uint16:
-        image = (image.astype(np.float32) / 257.0).round().astype(np.uint8)  # 65535 -> 255
-    elif image.dtype.kind == "f":
-        image = np.nan_to_num(image.astype(np.float32))
-        scale = 255.0 if image.max(initial=0.0) <= 1.0 else 1.0  # float images are usually in [0, 1]
-        image = (image * scale).clip(0, 255).round().astype(np.uint8)
-    elif image.dtype != np.uint8:
-        image = image.clip(0, 255).astype(np.uint8)
-    if image.ndim == 2:
-        return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
-    channels = image.shape[2]
-    if channels == 1:
-        return cv2.cvtColor(image[..., 0], cv2.COLOR_GRAY2BGR)
-    if channels == 4:
-        return cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
-    if channels == 2:  # gray + alpha
-        return cv2.cvtColor(image[..., 0], cv2.COLOR_GRAY2BGR)
-    return np.ascontiguousarray(image[..., :3])
-
-
-def _truncation(data: np.ndarray, suffix: str) -> str | None:
-    """Why the encoded bytes look cut off, or None. Checked before decoding, as decoders fill in grey silently."""
-    raw = data.tobytes()
-    if suffix in ("jpg", "jpeg", "mpo") or raw[:2] == b"\xff\xd8":
-        # FF D9 (end of image) cannot occur inside entropy-coded data, so it must follow the last scan (FF DA).
-        if raw.rfind(b"\xff\xd9") < raw.rfind(b"\xff\xda"):
-            return "truncated JPEG (no end-of-image marker after the last scan)"
-    elif raw[:8] == b"\x89PNG\r\n\x1a\n" and b"IEND" not in raw[-12:]:
-        return "truncated PNG (no IEND chunk)"
-    return None
-
-
-def read_image_checked(path: str | Path) -> tuple[np.ndarray | None, str]:
-    """Read an image as BGR uint8 (any depth or channel count, unicode paths); on failure (None, reason)."""
-    try:
-        data = np.fromfile(str(path), dtype=np.uint8)
-    except OSError as e:
-        return None, f"cannot read file: {e.strerror or e}"
-    if data.size == 0:
-        return None, "empty file"
-    problem = _truncation(data, _suffix(path))
-    if problem:
-        return None, problem
-    # JPEGs decode as colour so OpenCV applies their EXIF orientation (as cv2.imread does); other formats
-    # decode unchanged so 16-bit, float and alpha images are converted here rather than by OpenCV's defaults.
-    jpeg = _suffix(path) in ("jpg", "jpeg", "mpo") or data[:2].tobytes() == b"\xff\xd8"
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR if jpeg else cv2.IMREAD_UNCHANGED)
-    if image is None or image.size == 0:
-        return None, "not a readable image (corrupt or unsupported encoding)"
-    return _to_bgr_uint8(image), ""
-
-
-def read_image(path: str | Path) -> np.ndarray | None:
-    """Read an image as 3-channel BGR uint8, or None when it is unreadable or truncated."""
-    return read_image_checked(path)[0]
 
 
 def prepare(image: np.ndarray, img_size: int | tuple[int, int], stride: int = 32, auto: bool = True) -> np.ndarray:
@@ -143,10 +79,9 @@ def _list_entries(path: Path) -> list[str]:
 
 def _list_dir(path: Path, source: str) -> list[str]:
     """Files directly inside a folder, sorted (not recursive); raises SourceError when it holds none."""
-    entries = list(path.iterdir())
-    files = sorted(str(p) for p in entries if p.is_file())
+    files = list_files(path)
     if not files:
-        folders = sum(p.is_dir() for p in entries)
+        folders = sum(p.is_dir() for p in path.iterdir())
         if folders:
             raise SourceError(
                 f"directory {_short(source)} has no files, only {folders} subfolder"
@@ -165,7 +100,7 @@ def _expand(source: str) -> list[str]:
         if path.is_dir():
             return _list_dir(path, source)
         if path.is_file():
-            if _suffix(path) == "txt":
+            if suffix(path) == "txt":
                 files = _list_entries(path)
                 if not files:
                     raise SourceError(f"list {_short(source)} names no files")
@@ -198,7 +133,7 @@ class LoadImages:
         vid_stride: int = 1,
     ):
         files = _expand(str(source))
-        kinds = [_suffix(f) for f in files]
+        kinds = [suffix(f) for f in files]
         images = [f for f, k in zip(files, kinds) if k in IMG_FORMATS]
         videos = [f for f, k in zip(files, kinds) if k in VID_FORMATS]
         missing = {f for f in images + videos if not os.path.isfile(f)}
@@ -381,7 +316,7 @@ def is_stream(source: str) -> bool:
     """Webcam index or a stream URL (a URL that does not end in an image or video file name)."""
     if source.isnumeric():
         return True
-    return is_url(source, STREAM_SCHEMES) and _suffix(url_filename(source)) not in IMG_FORMATS + VID_FORMATS
+    return is_url(source, STREAM_SCHEMES) and suffix(url_filename(source)) not in IMG_FORMATS + VID_FORMATS
 
 
 def load_sources(
