@@ -268,78 +268,62 @@ def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
     ]
 
 
-def test_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
-    """test.py: flags, tiny and damaged datasets, renumbered COCO ids, broken JSON and weights."""
-    out = tmp / "runs_test"
+def _test_data(tmp: Path) -> dict[str, Path]:
+    """Data YAMLs and JSON files for the test.py cases."""
     tiny = _data_yaml(_copy_dataset(tmp / "tiny", 3), "tiny")
     corrupt_root = _copy_dataset(tmp / "corrupt", 4)
     next((corrupt_root / "images" / "train").glob("*.jpg")).write_text("not an image")
-    corrupt = _data_yaml(corrupt_root, "corrupt")
-    marker = tmp / "SHELL_RAN"
-    shell = _data_yaml(tmp / "absent", "shell", download=f"bash -c 'touch {marker}'")
     bad_yaml = tmp / "bad.yaml"
     bad_yaml.write_text("path: [unclosed\n")
     coco16 = _copy_dataset(tmp / "coco16", 16)
     keep = {p.name for p in (coco16 / "images" / "train").glob("*.jpg")}
     _subset_json(COCO / "annotations" / "instances_train2017.json", keep, tmp / "stems.json")
     _renumbered_json(COCO / "annotations" / "instances_train2017.json", keep, tmp / "renumbered.json")
-    stems = _data_yaml(coco16, "coco16_stems", ann_json=str(tmp / "stems.json"))
-    renumbered = _data_yaml(coco16, "coco16_renumbered", ann_json=str(tmp / "renumbered.json"))
     (tmp / "notjson.json").write_text("{oops")
     (tmp / "pred_bad.json").write_text(json.dumps([{"image_id": 1}]))
-    w = ["--weights", str(WEIGHTS), "--project", str(out)]
-    return [
-        Case("test --batch-size 0", ["test.py", "--data", str(tiny), *w, "--batch-size", "0"], "error"),
-        Case("test --conf-thres 2", ["test.py", "--data", str(tiny), *w, "--conf-thres", "2"], "error"),
-        Case("test --device cuda (no CUDA)", ["test.py", "--data", str(tiny), *w, "--device", "cuda"], "error"),
-        Case("test 3 images, default batch 32", ["test.py", "--data", str(tiny), *w, "--img", "160"], "ok"),
+    return {
+        "tiny": tiny,
+        "corrupt": _data_yaml(corrupt_root, "corrupt"),
+        "shell": _data_yaml(tmp / "absent", "shell", download=f"bash -c 'touch {tmp / 'SHELL_RAN'}'"),
+        "bad_yaml": bad_yaml,
+        "stems": _data_yaml(coco16, "coco16_stems", ann_json=str(tmp / "stems.json")),
+        "renumbered": _data_yaml(coco16, "coco16_renumbered", ann_json=str(tmp / "renumbered.json")),
+    }
+
+
+def test_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
+    """test.py: flags, tiny and damaged datasets, renumbered COCO ids, broken JSON and weights."""
+    out, data = tmp / "runs_test", _test_data(tmp)
+    tiny = ["test.py", "--data", str(data["tiny"]), "--project", str(out)]
+    w = ["--weights", str(WEIGHTS)]
+    coco16 = [*w, "--img", "320", "--batch-size", "16", "--save-json", "--project", str(out)]
+    cases = [
+        Case("test --batch-size 0", [*tiny, *w, "--batch-size", "0"], "error"),
+        Case("test --conf-thres 2", [*tiny, *w, "--conf-thres", "2"], "error"),
+        Case("test --device cuda (no CUDA)", [*tiny, *w, "--device", "cuda"], "error"),
+        Case("test 3 images, default batch 32", [*tiny, *w, "--img", "160"], "ok"),
         Case(
             "test corrupt image dropped",
-            ["test.py", "--data", str(corrupt), *w, "--img", "160", "--batch-size", "4"],
+            ["test.py", "--data", str(data["corrupt"]), *w, "--img", "160", "--batch-size", "4", "--project", str(out)],
             "ok",
         ),
-        Case("test data YAML with a shell download", ["test.py", "--data", str(shell), *w], "error", _no_file(marker)),
-        Case("test data YAML syntax error", ["test.py", "--data", str(bad_yaml), *w], "error"),
         Case(
-            "test ann_json with stem ids",
-            [
-                "test.py",
-                "--data",
-                str(stems),
-                *w,
-                "--img",
-                "320",
-                "--batch-size",
-                "16",
-                "--name",
-                "stems",
-                "--save-json",
-            ],
-            "ok",
+            "test data YAML with a shell download",
+            ["test.py", "--data", str(data["shell"]), *w],
+            "error",
+            _no_file(tmp / "SHELL_RAN"),
+        ),
+        Case("test data YAML syntax error", ["test.py", "--data", str(data["bad_yaml"]), *w], "error"),
+        Case(
+            "test ann_json with stem ids", ["test.py", "--data", str(data["stems"]), *coco16, "--name", "stems"], "ok"
         ),
         Case(
             "test ann_json renumbered 1..N",
-            [
-                "test.py",
-                "--data",
-                str(renumbered),
-                *w,
-                "--img",
-                "320",
-                "--batch-size",
-                "16",
-                "--name",
-                "renumbered",
-                "--save-json",
-            ],
+            ["test.py", "--data", str(data["renumbered"]), *coco16, "--name", "renumbered"],
             "ok",
             _same_map(out / "stems", out / "renumbered"),
         ),
-        Case(
-            "test --ann-json not JSON",
-            ["test.py", "--data", str(tiny), *w, "--ann-json", str(tmp / "notjson.json")],
-            "error",
-        ),
+        Case("test --ann-json not JSON", [*tiny, *w, "--ann-json", str(tmp / "notjson.json")], "error"),
         Case(
             "test --pred-json malformed",
             [
@@ -353,33 +337,17 @@ def test_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
             ],
             "error",
         ),
-        Case("test --task test without a test split", ["test.py", "--data", str(tiny), *w, "--task", "test"], "error"),
-        Case(
-            "test refused weights file",
-            ["test.py", "--data", str(tiny), "--weights", str(ckpt["text"]), "--project", str(out)],
-            "error",
-        ),
-        Case(
-            "test truncated weights",
-            ["test.py", "--data", str(tiny), "--weights", str(ckpt["truncated"]), "--project", str(out)],
-            "error",
-        ),
-        Case(
-            "test no names in weights",
-            ["test.py", "--data", str(tiny), "--weights", str(ckpt["no_names"]), "--project", str(out)],
-            "error",
-        ),
-        Case(
-            "test model entry a list",
-            ["test.py", "--data", str(tiny), "--weights", str(ckpt["model_list"]), "--project", str(out)],
-            "error",
-        ),
-        Case(
-            "test weights not fitting their YAML",
-            ["test.py", "--data", str(tiny), "--weights", str(ckpt["wrong_yaml"]), "--project", str(out)],
-            "error",
-        ),
+        Case("test --task test without a test split", [*tiny, *w, "--task", "test"], "error"),
     ]
+    broken = {
+        "text": "refused weights file",
+        "truncated": "truncated weights",
+        "no_names": "no names in weights",
+        "model_list": "model entry a list",
+        "wrong_yaml": "weights not fitting their YAML",
+    }
+    cases += [Case(f"test {what}", [*tiny, "--weights", str(ckpt[key])], "error") for key, what in broken.items()]
+    return cases
 
 
 def train_cases(tmp: Path) -> list[Case]:
