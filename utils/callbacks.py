@@ -1,0 +1,225 @@
+"""Training callbacks: what the Trainer reports at each stage, and the loggers that ship with it.
+
+A logger is one class deriving from Callback that overrides the hooks it needs. Each hook receives the Trainer
+(read its attributes: save_dir, names, epochs, start_epoch, plots, resuming, labels, ...) and the event's data.
+The Trainer calls them on the main process only (rank 0 under DDP), in this order:
+on_train_start -> per epoch: on_epoch_start, on_batch_end per batch, on_epoch_end (after validation),
+on_checkpoint_saved per file -> on_train_end.
+"""
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from utils.log import LOGGER
+from utils.plots import save_batch_plot
+
+RESULT_COLUMNS = [
+    "epoch",
+    "train/box_loss",
+    "train/obj_loss",
+    "train/cls_loss",
+    "metrics/precision",
+    "metrics/recall",
+    "metrics/mAP50",
+    "metrics/mAP50-95",
+    "val/box_loss",
+    "val/obj_loss",
+    "val/cls_loss",
+    "lr/pg0",
+    "lr/pg1",
+    "lr/pg2",
+]
+
+
+@dataclass
+class BatchEnd:
+    """One finished training batch: running mean losses of the epoch so far and the batch itself."""
+
+    epoch: int
+    index: int  # batch index within the epoch
+    iteration: int  # batches since the start of training
+    mean_losses: list[float]  # (box, obj, cls)
+    images: torch.Tensor  # the batch as trained (0-1 floats, after multi-scale)
+    targets: torch.Tensor  # (n, 6) image index, class, xywh normalised
+    paths: list[str]
+
+
+@dataclass
+class EpochResult:
+    """One epoch: its training losses, the latest validation and the learning rates it trained at."""
+
+    epoch: int
+    train_losses: list[float]  # (box, obj, cls) means over the epoch
+    precision: float
+    recall: float
+    map50: float
+    map: float  # mAP50-95
+    val_losses: list[float]  # (box, obj, cls)
+    lrs: list[float]  # per parameter group
+    fitness: float
+
+    def row(self) -> list[float]:
+        """The values of a results.csv row, in RESULT_COLUMNS order."""
+        metrics = [self.precision, self.recall, self.map50, self.map]
+        return [self.epoch, *self.train_losses, *metrics, *self.val_losses, *self.lrs]
+
+
+class Callback:
+    """Base class: every hook does nothing."""
+
+    def on_train_start(self, trainer) -> None:
+        """Set-up is done (model, data, optimizer, run folder); the first epoch is next."""
+
+    def on_epoch_start(self, trainer, epoch: int) -> None:
+        """An epoch's first batch is next."""
+
+    def on_batch_end(self, trainer, batch: BatchEnd) -> None:
+        """A batch was trained (not called for a batch skipped for a non-finite loss)."""
+
+    def on_epoch_end(self, trainer, result: EpochResult) -> None:
+        """An epoch was trained and validated."""
+
+    def on_checkpoint_saved(self, trainer, path: Path, result: EpochResult) -> None:
+        """A checkpoint file (last.pt, best.pt, epochN.pt) was written for result's epoch."""
+
+    def on_train_end(self, trainer, results: EpochResult | None) -> None:
+        """Training finished (results: the final validation of best.pt, or the last epoch's, or None)."""
+
+
+class Callbacks:
+    """A list of callbacks called in order at each hook."""
+
+    def __init__(self, callbacks: list[Callback]):
+        self.callbacks = list(callbacks)
+
+    def __getattr__(self, hook: str):
+        if not hook.startswith("on_"):
+            raise AttributeError(hook)
+
+        def call(*args) -> None:
+            for callback in self.callbacks:
+                getattr(callback, hook)(*args)
+
+        return call
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# results.csv
+
+
+def write_results_row(file: Path, values: list) -> None:
+    """Append one epoch's row to results.csv (header first when the file is new)."""
+    new = not file.exists()
+    with open(file, "a", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(RESULT_COLUMNS)
+        writer.writerow([int(values[0])] + [f"{float(v):.6g}" for v in values[1:]])
+
+
+def truncate_results(file: Path, start_epoch: int) -> None:
+    """Keep results.csv rows of epochs before start_epoch, so a resumed epoch is never listed twice."""
+    if not file.exists():
+        return
+    with open(file, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    kept = rows[:1] + [r for r in rows[1:] if r and r[0].strip().isdigit() and int(r[0]) < start_epoch]
+    with open(file, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(kept)
+
+
+class ResultsCsv(Callback):
+    """save_dir/results.csv, one row per epoch; a resumed run first drops the rows of epochs it redoes."""
+
+    def on_train_start(self, trainer) -> None:
+        if trainer.resuming:
+            truncate_results(trainer.save_dir / "results.csv", trainer.start_epoch)
+
+    def on_epoch_end(self, trainer, result: EpochResult) -> None:
+        write_results_row(trainer.save_dir / "results.csv", result.row())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Plots (matplotlib, loaded lazily: it is slow to import): a plotting failure must never stop training
+
+
+def _plot(name: str, *args) -> None:
+    """Call a plotting function of utils.charts; a failure is only a warning."""
+    try:
+        from utils import charts
+
+        getattr(charts, name)(*args)
+    except Exception as e:  # a plot must never stop training
+        LOGGER.warning(f"WARNING: {name} failed: {e}")
+
+
+class Plots(Callback):
+    """labels.jpg at the start of a new run, the first three training batches, results.png at the end."""
+
+    def on_train_start(self, trainer) -> None:
+        if not trainer.resuming:
+            _plot("plot_labels", trainer.labels, trainer.names, trainer.save_dir)
+
+    def on_batch_end(self, trainer, batch: BatchEnd) -> None:
+        if batch.iteration < 3:
+            file = trainer.save_dir / f"train_batch{batch.iteration}.jpg"
+            save_batch_plot(batch.images, batch.targets, batch.paths, file, trainer.names)
+
+    def on_train_end(self, trainer, results: EpochResult | None) -> None:
+        _plot("plot_results", trainer.save_dir / "results.csv")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Console
+
+
+class Console(Callback):
+    """The run's progress on the console: a progress bar per epoch with running losses, and a closing line."""
+
+    def __init__(self):
+        self.bar = None
+
+    def on_train_start(self, trainer) -> None:
+        LOGGER.info(
+            f"Image sizes {trainer.imgsz} train, {trainer.imgsz} val\n"
+            f"Using {trainer.train_loader.num_workers} dataloader workers\n"
+            f"Logging results to {trainer.save_dir}\nStarting training for {trainer.epochs} epochs..."
+        )
+
+    def on_epoch_start(self, trainer, epoch: int) -> None:
+        LOGGER.info(("\n" + "%11s" * 7) % ("Epoch", "GPU_mem", "box_loss", "obj_loss", "cls_loss", "Instances", "Size"))
+        self.bar = tqdm(total=len(trainer.train_loader), bar_format="{l_bar}{bar:10}{r_bar}")
+
+    def on_batch_end(self, trainer, batch: BatchEnd) -> None:
+        device = trainer.device
+        mem = f"{torch.cuda.memory_reserved(device) / 1e9 if device.type == 'cuda' else 0:.3g}G"
+        size = batch.images.shape[-1]
+        self.bar.set_description(
+            ("%11s" * 2 + "%11.4g" * 5)
+            % (f"{batch.epoch}/{trainer.epochs - 1}", mem, *batch.mean_losses, batch.targets.shape[0], size)
+        )
+        self.bar.update(1)
+        if self.bar.n == self.bar.total:  # the epoch's training is done: validation prints next
+            self.close_bar()
+
+    def on_epoch_end(self, trainer, result: EpochResult) -> None:
+        self.close_bar()
+
+    def on_train_end(self, trainer, results: EpochResult | None) -> None:
+        self.close_bar()
+        LOGGER.info(f"Results saved to {trainer.save_dir}")
+
+    def close_bar(self) -> None:
+        """Close the epoch's progress bar, if open."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def default_callbacks(plots: bool) -> list[Callback]:
+    """The loggers every run has: console and results.csv, plus plots unless --noplots."""
+    return [ResultsCsv(), *([Plots()] if plots else []), Console()]  # Console last: it closes the run's output

@@ -1,0 +1,233 @@
+"""Training set-up: the model (from a config, from weights, or resumed), frozen layers, optimizer parameter groups,
+the learning-rate schedule and early stopping. Each is usable on its own (tests, scripts/gpu_check.py, benchmarks).
+"""
+
+import argparse
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from models.checkpoint import load_checkpoint
+from models.yolo import Model
+from utils.downloads import DownloadError, attempt_download_weights
+from utils.errors import YoloError
+from utils.log import LOGGER
+
+
+class TrainError(YoloError):
+    """A training request that cannot be carried out; the message is one line."""
+
+
+def plain_args(opt: argparse.Namespace) -> dict:
+    """vars(opt) with only plain types (str, numbers, lists, dicts), so checkpoints load with weights_only=True."""
+
+    def plain(v):
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        return str(v)
+
+    return {k: plain(v) for k, v in vars(opt).items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model, weights and image size
+
+
+def intersect_state_dicts(src: dict, dst: dict, exclude: tuple[str, ...] = ()) -> dict:
+    """Entries of src whose name and shape match dst, skipping names containing any exclude string."""
+    return {k: v for k, v in src.items() if k in dst and not any(x in k for x in exclude) and v.shape == dst[k].shape}
+
+
+def build_model(
+    opt: argparse.Namespace, nc: int, hyp: dict, device: torch.device, resume_ckpt: dict | None = None
+) -> Model:
+    """The model to train: from --cfg, from --weights with every matching tensor transferred, or resumed."""
+    anchors = round(hyp.get("anchors") or 0) or None  # as YOLOv5: rounded, and 0 keeps the config's anchors
+    if resume_ckpt is not None:  # the training weights (not the EMA) of the interrupted run
+        saved_nc = resume_ckpt["yaml"].get("nc")
+        if saved_nc != nc:
+            raise TrainError(
+                f"{opt.weights} cannot be resumed: it was trained for {saved_nc} classes but {opt.data} "
+                f"now has {nc}; start a new run with --weights {opt.weights}"
+            )
+        model = _make_model(resume_ckpt["yaml"], nc, None)
+        load_resume_state(model, resume_ckpt["train_model"], f"{opt.weights}: its training weights")
+        return model.to(device)
+    if not opt.weights:
+        if not opt.cfg:
+            raise TrainError("give --cfg (e.g. yolov5s.yaml) to train from scratch, or --weights to fine-tune")
+        return _make_model(opt.cfg, nc, anchors).to(device)
+    try:
+        path = attempt_download_weights(opt.weights)
+    except DownloadError as e:
+        raise TrainError(str(e)) from None
+    ckpt = load_checkpoint(path)
+    model = _make_model(opt.cfg or ckpt["yaml"], nc, anchors)
+    # Anchors come from the checkpoint unless the user chose a config or anchor count of their own.
+    exclude = ("anchor",) if opt.cfg or anchors else ()
+    model_state = model.state_dict()
+    matched = intersect_state_dicts(ckpt["model"], model_state, exclude)
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in matched.items()}, strict=False)
+    LOGGER.info(f"Transferred {len(matched)}/{len(model_state)} items from {path}")
+    skipped = [k for k in model_state if k not in matched and not k.endswith("num_batches_tracked")]
+    if skipped:
+        LOGGER.info(
+            f"Not transferred (another shape or name, e.g. a different class count): {len(skipped)} "
+            f"tensors, e.g. {', '.join(skipped[:3])}"
+        )
+    return model.to(device)
+
+
+def load_resume_state(module: nn.Module, state: dict, what: str) -> None:
+    """module.load_state_dict(state) as float32, or TrainError naming a weight that belongs to another model."""
+    own = module.state_dict()
+    problem = next((f"{k} is missing" for k in own if k not in state), None)
+    problem = problem or next((f"{k} is not in the model" for k in state if k not in own), None)
+    problem = problem or next(
+        (
+            f"{k} is {tuple(v.shape)} in the file but {tuple(own[k].shape)} in the model"
+            for k, v in state.items()
+            if v.shape != own[k].shape
+        ),
+        None,
+    )
+    if problem:
+        raise TrainError(f"{what} do not fit its model config (a checkpoint of another model?): {problem}")
+    module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, last: str) -> None:
+    """optimizer.load_state_dict(state), or TrainError when the state was saved for another model."""
+    try:
+        optimizer.load_state_dict(state)
+        problem = next(
+            (
+                f"group {j} lacks {k}"
+                for j, g in enumerate(optimizer.param_groups)
+                for k in ("initial_lr", "lr")
+                if k not in g
+            ),
+            None,
+        )  # both written by a real run
+        problem = problem or next(
+            (
+                f"a {tuple(v.shape)} buffer for a {tuple(p.shape)} weight"
+                for p, st in optimizer.state.items()
+                for v in st.values()
+                if isinstance(v, torch.Tensor) and v.dim() and v.shape != p.shape
+            ),
+            None,
+        )
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        problem = " ".join(str(e).split())
+    if problem:
+        raise TrainError(
+            f"{last}: its optimizer state does not fit the model (a checkpoint of another model?): {problem}"
+        )
+
+
+def _make_model(cfg, nc: int, anchors: int | None) -> Model:
+    """Model(cfg) for nc classes, or TrainError naming what in the config is unusable."""
+    try:
+        return Model(cfg, ch=3, nc=nc, anchors=anchors)
+    except FileNotFoundError as e:
+        raise TrainError(str(e)) from None
+    except (KeyError, ValueError, TypeError, IndexError) as e:
+        where = "" if isinstance(cfg, dict) else f" {cfg}"
+        raise TrainError(f"unusable model config{where}: {' '.join(str(e).split())}") from None
+
+
+def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
+    """Freeze the first N layers (--freeze N) or the listed indices (--freeze 0 1 2); TrainError if none is left."""
+    n_layers = len(model.model)
+    indices = freeze if len(freeze) > 1 else range(freeze[0])
+    beyond = [x for x in freeze if x < 0 or x > n_layers or (len(freeze) > 1 and x == n_layers)]
+    if beyond:
+        valid = f"0..{n_layers - 1}" if len(freeze) > 1 else f"0..{n_layers} (the first N layers)"
+        raise TrainError(f"--freeze {beyond[0]}: the model has {n_layers} layers, valid values are {valid}")
+    prefixes = [f"model.{x}." for x in indices]
+    for name, p in model.named_parameters():
+        p.requires_grad = not any(name.startswith(x) for x in prefixes)
+        if not p.requires_grad:
+            LOGGER.debug(f"freezing {name}")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise TrainError(
+            f"--freeze {' '.join(map(str, freeze))} freezes every layer of the {n_layers}-layer model: "
+            f"nothing left to train"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Optimiser, schedule, early stopping
+
+
+def smart_optimizer(
+    model: nn.Module, name: str = "SGD", lr: float = 0.001, momentum: float = 0.9, decay: float = 1e-5
+) -> torch.optim.Optimizer:
+    """Optimizer with three parameter groups: 0 biases, 1 weights (with decay), 2 BatchNorm weights (no decay)."""
+    biases, weights, bn_weights = [], [], []
+    norm_types = tuple(v for k, v in nn.__dict__.items() if "Norm" in k and isinstance(v, type))
+    for module in model.modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if pname == "bias":
+                biases.append(p)
+            elif pname == "weight" and isinstance(module, norm_types):
+                bn_weights.append(p)
+            else:
+                weights.append(p)
+    if name == "Adam":
+        optimizer = torch.optim.Adam(biases, lr=lr, betas=(momentum, 0.999))
+    elif name == "AdamW":
+        optimizer = torch.optim.AdamW(biases, lr=lr, betas=(momentum, 0.999), weight_decay=0.0)
+    elif name == "SGD":
+        optimizer = torch.optim.SGD(biases, lr=lr, momentum=momentum, nesterov=True)
+    else:
+        raise TrainError(f"optimizer {name} not supported: use SGD, Adam or AdamW")
+    optimizer.add_param_group({"params": weights, "weight_decay": decay})
+    optimizer.add_param_group({"params": bn_weights, "weight_decay": 0.0})
+    LOGGER.info(
+        f"optimizer: {name}(lr={lr}) with parameter groups {len(bn_weights)} weight(decay=0.0), "
+        f"{len(weights)} weight(decay={decay}), {len(biases)} bias"
+    )
+    return optimizer
+
+
+def lr_lambda(epochs: int, lrf: float, cos: bool = False) -> Callable[[float], float]:
+    """LR multiplier per epoch: linear from 1 to lrf, or a cosine (one-cycle) from 1 to lrf."""
+    if cos:
+        return lambda x: ((1 - math.cos(x * math.pi / epochs)) / 2) * (lrf - 1) + 1
+    return lambda x: (1 - x / epochs) * (1.0 - lrf) + lrf
+
+
+class EarlyStopping:
+    """Stop when fitness has not improved for `patience` epochs (0 disables)."""
+
+    def __init__(self, patience: int = 30, best_fitness: float = 0.0, best_epoch: int = 0):
+        self.best_fitness, self.best_epoch = best_fitness, best_epoch
+        self.patience = patience or float("inf")
+        self.possible_stop = False  # the next epoch may be the last: validate it even with --noval
+
+    def __call__(self, epoch: int, fi: float) -> bool:
+        if fi >= self.best_fitness:  # >= so that zero fitness early in training still counts
+            self.best_epoch, self.best_fitness = epoch, fi
+        delta = epoch - self.best_epoch
+        self.possible_stop = delta >= (self.patience - 1)
+        stop = delta >= self.patience
+        if stop:
+            LOGGER.info(
+                f"Stopping training early as no improvement observed in last {self.patience} epochs. "
+                f"Best results observed at epoch {self.best_epoch}, best model saved as best.pt. "
+                f"Use --patience 0 to disable early stopping."
+            )
+        return stop
+
+
+def all_finite(model: nn.Module) -> bool:
+    """True when every floating-point weight and buffer is finite."""
+    return all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
