@@ -13,6 +13,7 @@ import torch
 
 import detect
 from utils.plots import Annotator, colors, plot_images, save_one_box
+from utils.predict import check_img_size
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -221,9 +222,9 @@ def test_parse_opt_yolov5_defaults_and_aliases():
 
 
 def test_check_img_size_rounds_up(log):
-    assert detect.check_img_size([640, 480]) == [640, 480] and not log.messages
-    assert detect.check_img_size(641) == [672, 672]
-    assert detect.check_img_size([100, 20]) == [128, 32]
+    assert check_img_size([640, 480]) == [640, 480] and not log.messages
+    assert check_img_size(641) == [672, 672]
+    assert check_img_size([100, 20]) == [128, 32]
     assert sum("multiple of max stride 32" in line for line in log.messages) == 2
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import detect
-from utils.sources import SourceError
+from utils.sources import SourceError, check_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,22 +105,6 @@ def test_same_video_twice_keeps_both_videos(shared, tmp_path):
     for video in ("clip.mp4", "clip_2.mp4"):
         saved = cv2.VideoCapture(str(out.save_dir / video))
         assert saved.isOpened() and int(saved.get(cv2.CAP_PROP_FRAME_COUNT)) == 2
-
-
-def test_output_names_unit():
-    names = detect.OutputNames()
-    assert [names.claim(p) for p in ("a/x.jpg", "b/x.jpg", "b/X.png", "x_2.jpg")] == ["x", "x_2", "X_3", "x_2_2"]
-    assert names.claim("v/x_2.avi", video=True) == "x_2_3"  # x_2_2 (an image) would be its frame 2
-    assert names.claim("w.jpg") == "w" and names.claim("w.mp4", video=True) == "w_2"
-    assert names.claim("x_2_3_1.jpg") == "x_2_3_1_2"  # frame 1 of video x_2_3
-    long = "é" * 150  # 300 bytes: cut to fit the file system's 255-byte names with suffixes
-    assert len(names.claim(f"{long}.jpg").encode()) <= 200
-
-
-def test_crop_folders_stay_inside_crops():
-    assert detect.crop_folder("person", 0) == "person" and detect.crop_folder("traffic light", 9) == "traffic light"
-    assert detect.crop_folder("cat/dog", 3) == "cat_dog" and detect.crop_folder("..\\x", 4) == ".._x"
-    assert [detect.crop_folder(n, 7) for n in ("", "..", ".", " ")] == ["class7"] * 4
 
 
 # --- item 5: option ranges, at parse time and in run() -------------------------------------------------------
@@ -357,4 +341,4 @@ def test_glob_matching_only_folders_is_one_line(tmp_path):
     (tmp_path / "d1").mkdir()
     (tmp_path / "d2.jpg").mkdir()
     with pytest.raises(SourceError, match=r"matches only folders \(2\), no files"):
-        detect.load_sources(str(tmp_path / "d*"), 64)
+        check_source(str(tmp_path / "d*"))

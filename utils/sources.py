@@ -10,6 +10,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
@@ -121,34 +122,51 @@ def _expand(source: str) -> list[str]:
     raise SourceError(f"source not found: {_short(source)}")
 
 
+@dataclass
+class Source:
+    """A checked --source: a stream or webcam to open, or the image and video files it names (in that order)."""
+
+    text: str
+    stream: bool = False
+    images: list[str] = field(default_factory=list)
+    videos: list[str] = field(default_factory=list)
+
+
+def _media_files(source: str) -> Source:
+    """The supported images and videos a file, folder, glob or .txt list names; SourceError when there are none."""
+    files = _expand(source)
+    kinds = [suffix(f) for f in files]
+    images = [f for f, k in zip(files, kinds) if k in IMG_FORMATS]
+    videos = [f for f, k in zip(files, kinds) if k in VID_FORMATS]
+    missing = {f for f in images + videos if not os.path.isfile(f)}
+    for f in sorted(missing):
+        LOGGER.warning("WARNING: skipping %s: file not found", f)
+    images = [f for f in images if f not in missing]
+    videos = [f for f in videos if f not in missing]
+    if not images and not videos:
+        formats = f"images are {', '.join(IMG_FORMATS)}; videos are {', '.join(VID_FORMATS)}"
+        if missing:
+            raise SourceError(f"none of the {len(files)} files listed in {source} exist")
+        if len(files) == 1 and str(files[0]) == str(Path(source).expanduser()):
+            kind = f"'.{kinds[0]}'" if kinds[0] else "(no extension)"
+            raise SourceError(f"unsupported file type {kind} for {source}: {formats}")
+        raise SourceError(f"no supported images or videos in {source} ({len(files)} files): {formats}")
+    return Source(source, images=images, videos=videos)
+
+
 class LoadImages:
     """Images and video files from a path, folder, glob or .txt list, one frame at a time."""
 
     def __init__(
         self,
-        source: str | Path,
+        source: "str | Path | Source",
         img_size: int | tuple[int, int] = 640,
         stride: int = 32,
         auto: bool = True,
         vid_stride: int = 1,
     ):
-        files = _expand(str(source))
-        kinds = [suffix(f) for f in files]
-        images = [f for f, k in zip(files, kinds) if k in IMG_FORMATS]
-        videos = [f for f, k in zip(files, kinds) if k in VID_FORMATS]
-        missing = {f for f in images + videos if not os.path.isfile(f)}
-        for f in sorted(missing):
-            LOGGER.warning("WARNING: skipping %s: file not found", f)
-        images = [f for f in images if f not in missing]
-        videos = [f for f in videos if f not in missing]
-        if not images and not videos:
-            formats = f"images are {', '.join(IMG_FORMATS)}; videos are {', '.join(VID_FORMATS)}"
-            if missing:
-                raise SourceError(f"none of the {len(files)} files listed in {source} exist")
-            if len(files) == 1 and str(files[0]) == str(Path(source).expanduser()):
-                kind = f"'.{kinds[0]}'" if kinds[0] else "(no extension)"
-                raise SourceError(f"unsupported file type {kind} for {source}: {formats}")
-            raise SourceError(f"no supported images or videos in {source} ({len(files)} files): {formats}")
+        checked = source if isinstance(source, Source) else _media_files(str(source))
+        images, videos = checked.images, checked.videos
         self.files = images + videos
         self.video_flag = [False] * len(images) + [True] * len(videos)
         self.img_size, self.stride, self.auto = img_size, stride, auto
@@ -319,19 +337,32 @@ def is_stream(source: str) -> bool:
     return is_url(source, STREAM_SCHEMES) and suffix(url_filename(source)) not in IMG_FORMATS + VID_FORMATS
 
 
-def load_sources(
-    source: str | Path, img_size: int | tuple[int, int] = 640, stride: int = 32, auto: bool = True, vid_stride: int = 1
-) -> LoadImages | LoadStreams:
-    """The loader for a --source string; URLs of image or video files are downloaded to a temporary folder first."""
+def check_source(source: str | Path) -> Source:
+    """Check a --source cheaply, before any model is loaded: files are listed, URLs of files downloaded to a
+    temporary folder; streams are only recognised (opened by load_sources). Raises SourceError."""
     source = str(source)
     if not source.strip():
         raise SourceError("--source is empty: give a file, folder, glob, .txt list, video, webcam index or URL")
     if is_stream(source):
-        return LoadStreams(source, img_size, stride, auto, vid_stride)
+        return Source(source, stream=True)
     if is_url(source):
         folder = Path(tempfile.gettempdir()) / "yolo_downloads"
         file = folder / url_filename(source)
         if not file.is_file():
             safe_download(source, file)
         source = str(file)
-    return LoadImages(source, img_size, stride, auto, vid_stride)
+    return _media_files(source)
+
+
+def load_sources(
+    source: str | Path | Source,
+    img_size: int | tuple[int, int] = 640,
+    stride: int = 32,
+    auto: bool = True,
+    vid_stride: int = 1,
+) -> "LoadImages | LoadStreams":
+    """The loader for a --source (a string, or one check_source already checked)."""
+    checked = source if isinstance(source, Source) else check_source(source)
+    if checked.stream:
+        return LoadStreams(checked.text, img_size, stride, auto, vid_stride)
+    return LoadImages(checked, img_size, stride, auto, vid_stride)

@@ -1,0 +1,243 @@
+"""The Predictor: source -> letterbox -> model -> NMS -> one result per image or frame, with honest timings.
+
+detect.py is a command line over it; a Python API or another inference backend (a model that maps a (1, 3, H, W)
+tensor to raw predictions) reuses it. Outputs (files, windows) are utils.outputs' concern, not this module's.
+"""
+
+import argparse
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models import load_model
+from models.checkpoint import CheckpointError
+from utils.augment import check_img_size as _round_to_stride
+from utils.boxes import non_max_suppression, scale_boxes
+from utils.cli import float_in, int_in
+from utils.downloads import attempt_download_weights
+from utils.errors import YoloError
+from utils.log import LOGGER
+from utils.sources import Source, load_sources
+from utils.torch_utils import prepare_for_inference, time_sync
+
+
+class DetectError(YoloError):
+    """An option detect cannot run with (out of range, a class the model lacks, no output folder); one line."""
+
+
+# Valid range of each numeric detection option: one table for detect.py's argparse types and for check_options,
+# so the command line and run() refuse the same values with the same words.
+LIMITS = {
+    "imgsz": ("--img-size", int_in(1, 8192)),  # rounded up to the model's stride; larger would exhaust memory
+    "conf_thres": ("--conf-thres", float_in(0, 1)),
+    "iou_thres": ("--iou-thres", float_in(0, 1)),
+    "max_det": ("--max-det", int_in(1)),
+    "classes": ("--classes", int_in(0)),
+    "line_thickness": ("--line-thickness", int_in(1, 100)),  # OpenCV crashes on negative or huge thicknesses
+    "vid_stride": ("--vid-stride", int_in(1)),
+}
+
+
+def check_options(**options) -> None:
+    """Raise DetectError naming the option and its valid range when a value of run() is outside LIMITS."""
+    imgsz = options.get("imgsz")
+    if isinstance(imgsz, (list, tuple)) and len(imgsz) not in (1, 2):
+        raise DetectError(f"--img-size (imgsz=) takes one or two values, got {len(imgsz)}")
+    for key, value in options.items():
+        flag, parse = LIMITS[key]
+        for v in value if isinstance(value, (list, tuple)) else [] if value is None else [value]:
+            try:
+                if isinstance(v, bool):  # True would pass as the integer 1
+                    raise argparse.ArgumentTypeError(f"must be a number, got {v!r}")
+                parse(str(int(v) if isinstance(v, float) and v.is_integer() else v))
+            except argparse.ArgumentTypeError as e:
+                raise DetectError(f"{flag} ({key}=): {e}") from None
+
+
+@dataclass
+class PredictOptions:
+    """What the Predictor is asked for: input size, NMS settings and the video frame stride."""
+
+    img_size: int | list[int] | tuple[int, ...] = 640  # one value or (h, w); rounded up to the model's stride
+    conf_thres: float = 0.25
+    iou_thres: float = 0.45
+    classes: list[int] | None = None  # keep only these class ids
+    agnostic: bool = False  # class-agnostic NMS
+    max_det: int = 1000
+    vid_stride: int = 1
+
+
+@dataclass
+class Precision:
+    """How inputs are fed to a prepared model: FP16 inputs, an autocast context, channels-last layout."""
+
+    half: bool = False
+    autocast: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
+    channels_last: bool = False
+
+
+@dataclass
+class ImageResult:
+    """Detections on one image or video frame, in original-image pixels."""
+
+    path: str
+    frame: int  # 0 for images, 1-based frame index for videos and streams
+    shape: tuple[int, int]  # original (height, width)
+    boxes: np.ndarray  # (n, 6): x1, y1, x2, y2, conf, class; highest confidence first
+    inference_ms: float
+
+
+@dataclass
+class Prediction:
+    """One image or frame through the Predictor: its result plus what writers need (the image, the video)."""
+
+    result: ImageResult
+    image: np.ndarray  # the original BGR image
+    video: bool  # a frame of a video file or stream
+    capture: object  # the cv2.VideoCapture of a video file (its fps names the output's rate), else None
+    fps: float  # a stream's frame rate
+    input_shape: tuple[int, ...]  # the letterboxed (1, 3, H, W) tensor's shape
+    times: tuple[float, float, float]  # seconds: pre-process, inference, NMS
+
+
+def check_img_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -> list[int]:
+    """[h, w] image size rounded up to multiples of stride (with a warning when it changes)."""
+    size = [int(imgsz)] * 2 if isinstance(imgsz, (int, float)) else [int(v) for v in imgsz]
+    return _round_to_stride(size * 2 if len(size) == 1 else size, stride)
+
+
+def load_detector(weights, device: torch.device, half: bool | None = None, bf16: bool = False):
+    """(model, Precision): one weights file (official names downloaded into weights/) loaded for inference."""
+    if isinstance(weights, (list, tuple)):
+        if len(weights) != 1:
+            raise CheckpointError(f"give one --weights file ({len(weights)} given; ensembles are not supported)")
+        weights = weights[0]
+    path = attempt_download_weights(weights)
+    model, half, autocast, channels_last = prepare_for_inference(load_model(path, device), device, half, bf16)
+    dtype = "float16" if half else "float32" if isinstance(autocast, contextlib.nullcontext) else "bfloat16 autocast"
+    parameters = sum(p.numel() for p in model.parameters())
+    LOGGER.info("Model %s: %d parameters, %d classes, %s %s", path, parameters, len(model.names), device, dtype)
+    return model, Precision(half, autocast, channels_last)
+
+
+def detections_text(boxes: np.ndarray, names: list[str]) -> str:
+    """'4 persons, 1 bus, ' in class order, or '(no detections), '."""
+    counts = Counter(int(c) for c in boxes[:, 5].tolist())
+    if not counts:
+        return "(no detections), "
+    return "".join(f"{n} {names[c]}{'s' * (n > 1)}, " for c, n in sorted(counts.items()))
+
+
+def shapes_text(shapes: list[tuple[int, ...]]) -> str:
+    """'shape (1, 3, 480, 640)', 'shapes (1, 3, 640, 480), (1, 3, 384, 640)', or the count and the last one."""
+    if len(shapes) == 1:
+        return f"shape {shapes[0]}"
+    if len(shapes) <= 3:
+        return f"shapes {', '.join(map(str, shapes))}"
+    return f"{len(shapes)} letterboxed shapes (last {shapes[-1]})"
+
+
+class Predictor:
+    """A loaded model and PredictOptions; stream(source) yields one Prediction per image or frame."""
+
+    def __init__(self, model, device: torch.device, options: PredictOptions, precision: Precision | None = None):
+        self.model, self.device, self.options = model, device, options
+        self.precision = precision or Precision()
+        self.names = list(model.names)
+        self.stride = int(model.stride.max())
+        self.classes = self._checked_classes(options.classes)
+        self.img_size = check_img_size(options.img_size, self.stride)
+        self.totals = [0.0, 0.0, 0.0]  # seconds: pre-process, inference, NMS, over `count` images
+        self.count = 0
+        self.shapes: list[tuple[int, ...]] = []  # distinct input tensor shapes, for the speed line
+        self.skipped: list[str] = []  # inputs of the last stream that could not be read
+
+    def _checked_classes(self, classes) -> list[int] | None:
+        """Class ids as a list (one id may be a plain int, as YOLOv5 allows); DetectError for ids the model lacks."""
+        if classes is None:
+            return None
+        classes = [int(c) for c in (classes if isinstance(classes, (list, tuple)) else [classes])]
+        unknown = sorted({c for c in classes if c >= len(self.names)})
+        if unknown:
+            limit = len(self.names)
+            raise DetectError(f"--classes {' '.join(map(str, unknown))}: this model's class ids are in [0, {limit})")
+        return classes
+
+    @property
+    def speed_ms(self) -> tuple[float, float, float]:
+        """Mean pre-process, inference and NMS milliseconds per image so far."""
+        return tuple(t / self.count * 1e3 for t in self.totals) if self.count else (0.0, 0.0, 0.0)
+
+    def speed_line(self) -> str:
+        """The speed line, at the real input shapes."""
+        pre, inference, nms = self.speed_ms
+        return (
+            f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at "
+            f"{shapes_text(self.shapes)}"
+        )
+
+    def preprocess(self, im: np.ndarray) -> torch.Tensor:
+        """CHW RGB uint8 array -> (1, 3, H, W) tensor in [0, 1] on the device, in the model's precision and layout."""
+        x = torch.from_numpy(im).to(self.device)
+        x = (x.half() if self.precision.half else x.float()) / 255
+        x = x[None]
+        return x.contiguous(memory_format=torch.channels_last) if self.precision.channels_last else x
+
+    def nms(self, pred: torch.Tensor) -> torch.Tensor:
+        """(n, 6) detections of one image's raw predictions, highest confidence first."""
+        o = self.options
+        return non_max_suppression(pred, o.conf_thres, o.iou_thres, self.classes, o.agnostic, max_det=o.max_det)[0]
+
+    def _timed(self, im: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[float, float, float]]:
+        """(input tensor, detections, (pre-process, inference, NMS) seconds) for one letterboxed image."""
+        t0 = time_sync(self.device)
+        x = self.preprocess(im)
+        t1 = time_sync(self.device)
+        pred = self.model(x)[0].float()
+        t2 = time_sync(self.device)
+        det = self.nms(pred)
+        t3 = time_sync(self.device)
+        return x, det, (t1 - t0, t2 - t1, t3 - t2)
+
+    def warm_up(self, im: np.ndarray) -> None:
+        """One untimed pass (pre-process, forward, NMS) on zeros of im's shape. Speed honesty: it pays the one-off
+        costs (kernel selection, first allocations, grid caches) so that they are not counted in any image's time."""
+        with torch.inference_mode(), self.precision.autocast:
+            self.nms(self.model(self.preprocess(np.zeros_like(im)))[0].float())
+
+    def predict(self, im: np.ndarray, original: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], tuple]:
+        """(boxes (n, 6) in original pixels, input shape, times) for one letterboxed image; counted in the totals."""
+        with torch.inference_mode(), self.precision.autocast:
+            x, det, times = self._timed(im)
+            det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], original.shape).round()
+        self.totals = [t + dt for t, dt in zip(self.totals, times)]
+        self.count += 1
+        if tuple(x.shape) not in self.shapes:
+            self.shapes.append(tuple(x.shape))
+        return det.cpu().numpy(), tuple(x.shape), times
+
+    def stream(self, source: str | Path | Source, verbose: bool = True) -> Iterator[Prediction]:
+        """One Prediction per readable image or frame of source (logged as it goes when verbose)."""
+        loader = load_sources(source, self.img_size, self.stride, auto=True, vid_stride=self.options.vid_stride)
+        self.skipped = loader.skipped if hasattr(loader, "skipped") else []  # filled as the loader goes
+        last_input, frame, first = None, 0, True
+        for path, im, original, capture, log in loader:
+            if first:
+                self.warm_up(im)
+                first = False
+            video = loader.mode != "image"
+            index = getattr(loader, "index", 0)
+            frame = frame + 1 if video and index == last_input else int(video)  # images are frame 0
+            last_input = index
+            boxes, input_shape, times = self.predict(im, original)
+            if verbose:
+                h, w = input_shape[2:]
+                text = detections_text(boxes, self.names)
+                LOGGER.info("%s%dx%d %s%.1fms", log, h, w, text, times[1] * 1e3)
+            result = ImageResult(path, frame, original.shape[:2], boxes, times[1] * 1e3)
+            yield Prediction(result, original, video, capture, getattr(loader, "fps", 30.0), input_shape, times)
