@@ -1,0 +1,188 @@
+"""test.py's side of validation: load the weights, apply the precision policy, build the loader, then evaluate().
+
+run() is the standalone entry (test.py's flags as keyword arguments); score_files() scores an existing COCO
+results file. Both write results.json into an incremented runs/test/exp folder.
+"""
+
+from pathlib import Path
+
+import torch
+
+from models import load_model
+from utils.augment import check_img_size
+from utils.coco_json import JsonGroundTruth, load_json_ground_truth
+from utils.datasets import create_dataloader, list_image_files, load_data_config
+from utils.downloads import attempt_download_weights
+from utils.files import increment_path
+from utils.log import LOGGER, one_line
+from utils.metrics import DetectionMetrics, MetricsError, evaluate_coco_json, format_coco_stats
+from utils.torch_utils import prepare_for_inference, select_device
+from utils.validate import TestError, ValidationOptions, ValidationResult, evaluate, make_folder, write_results_json
+
+TASKS = ("train", "val", "test", "speed")
+
+
+def run(
+    data: str | Path | dict,
+    weights: str | Path | list | None = None,
+    batch_size: int = 32,
+    imgsz: int = 640,
+    conf_thres: float = 0.001,
+    iou_thres: float = 0.6,
+    max_det: int = 300,
+    task: str = "val",
+    device: str = "",
+    workers: int = 8,
+    single_cls: bool = False,
+    verbose: bool = False,
+    save_txt: bool = False,
+    save_conf: bool = False,
+    save_json: bool = False,
+    project: str | Path = "runs/test",
+    name: str = "exp",
+    exist_ok: bool = False,
+    half: bool | None = None,
+    bf16: bool = False,
+    plots: bool = True,
+    ann_json: str | None = None,
+) -> ValidationResult:
+    """Validate weights on a split of data (a data YAML path or load_data_config's dict), as test.py does.
+
+    Writes results.json (and, as asked, plots, labels/, predictions.json) into project/name. Raises
+    DatasetError, CheckpointError, DownloadError, DeviceError, MetricsError or TestError, each one line.
+    """
+    if task not in TASKS:
+        raise TestError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    if task == "speed":  # YOLOv5's speed benchmark: the val split, square images, usual detection thresholds
+        conf_thres, iou_thres, save_json, plots, save_txt = 0.25, 0.45, False, False, False
+    data = data if isinstance(data, dict) else load_data_config(data)
+    split = "val" if task == "speed" else task
+    _count_images(data, split)  # a missing or empty split fails before any weights are loaded
+    model, device, autocast, channels_last = _load_model(weights, device, half, bf16)
+    nc = 1 if single_cls else int(data["nc"])
+    if not single_cls and len(model.names) != nc:
+        raise TestError(
+            f"the weights predict {len(model.names)} classes but {data.get('yaml_file', 'the data')} "
+            f"has {nc}: pass the data YAML the model was trained on"
+        )
+    stride = max(int(model.stride.max()), 32)
+    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
+    imgsz = check_img_size(imgsz, stride)
+    loader = _validation_loader(data, split, task, imgsz, batch_size, stride, single_cls, workers, nc)
+    options = ValidationOptions(
+        conf_thres=conf_thres,
+        iou_thres=iou_thres,
+        max_det=max_det,
+        single_cls=single_cls,
+        ann_json=_ground_truth_json(ann_json, data, loader.dataset.im_files, use=not single_cls and task != "speed"),
+        save_dir=save_dir,
+        plots=plots,
+        save_txt=save_txt,
+        save_conf=save_conf,
+        save_json=save_json,
+        verbose=True,
+        per_class=verbose or len(data["names"]) < 50,
+        autocast=autocast,
+        channels_last=channels_last,
+    )
+    make_folder(save_dir / "labels" if save_txt else save_dir)
+    _warm_up(model, device, imgsz, options)
+    result = evaluate(model, loader, list(data["names"]), options=options)
+    write_results_json(save_dir / "results.json", result.metrics, result.speed_ms, result.pycocotools)
+    n_txt = len(list((save_dir / "labels").glob("*.txt"))) if save_txt else 0
+    LOGGER.info(
+        f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt else "")
+    )
+    return result
+
+
+def _count_images(data: dict, split: str) -> int:
+    """Images in a split (checked before any weights are loaded, so a wrong split fails at once)."""
+    if not data.get(split):
+        raise TestError(f"{data.get('yaml_file', 'the data YAML')} has no '{split}' split")
+    return len(list_image_files(data[split], prefix=f"{split}: "))
+
+
+def _load_model(weights, device: str, half: bool | None, bf16: bool):
+    """The one weights file, loaded on the device under the precision policy.
+
+    Returns (model, device, autocast context, channels_last)."""
+    if weights is None:
+        raise TestError("give the model to validate with --weights")
+    if isinstance(weights, (list, tuple)):
+        if len(weights) != 1:
+            raise TestError(f"give one --weights file ({len(weights)} given; ensembles are not supported)")
+        weights = weights[0]
+    device = select_device(device)
+    model = load_model(attempt_download_weights(weights), device)
+    model, _, autocast, channels_last = prepare_for_inference(model, device, half, bf16)
+    return model, device, autocast, channels_last
+
+
+def _warm_up(model, device: torch.device, imgsz: int, options: ValidationOptions) -> None:
+    """One untimed image pays the one-off costs (allocations, kernel selection, grids) before the timed run."""
+    dtype = next(model.parameters()).dtype
+    warm = torch.zeros((1, 3, imgsz, imgsz), device=device, dtype=torch.float16 if dtype == torch.float16 else None)
+    with torch.no_grad(), options.autocast:
+        model.eval()(warm.contiguous(memory_format=torch.channels_last) if options.channels_last else warm)
+
+
+def _validation_loader(
+    data: dict, split: str, task: str, imgsz: int, batch_size: int, stride: int, single_cls: bool, workers: int, nc: int
+):
+    """YOLOv5's validation loader: rectangular batches padded by half a stride (square for --task speed).
+
+    create_dataloader clips the batch to the images that remain once corrupt ones are dropped."""
+    pad, rect = (0.0, False) if task == "speed" else (0.5, True)
+    return create_dataloader(
+        data[split],
+        imgsz,
+        batch_size,
+        stride,
+        single_cls,
+        pad=pad,
+        rect=rect,
+        workers=workers,
+        prefix=f"{split}: ",
+        nc=nc,
+    )[0]
+
+
+def _ground_truth_json(ann_json: str | None, data: dict, files: list[str], use: bool) -> JsonGroundTruth | None:
+    """The COCO JSON to score against (--ann-json, else the data YAML's ann_json) matched to files, or None.
+
+    A JSON that does not describe these images is an error here (train.py instead falls back to the labels).
+    """
+    if not use and ann_json:
+        LOGGER.warning(
+            f"WARNING: --ann-json {ann_json} is not used with --single-cls or --task speed: scoring "
+            f"against the YOLO labels"
+        )
+    path = (ann_json or data.get("ann_json")) if use else None
+    if not path:
+        return None
+    try:
+        return load_json_ground_truth(path, list(data["names"]), list(files))
+    except MetricsError as e:
+        source = "" if ann_json else " (the data YAML's ann_json; remove it to score against the YOLO labels)"
+        raise TestError(f"{one_line(e)}{source}") from None
+
+
+def score_files(
+    ann_json: str | Path,
+    pred_json: str | Path,
+    project: str | Path = "runs/test",
+    name: str = "exp",
+    exist_ok: bool = False,
+) -> DetectionMetrics:
+    """Score an existing COCO results file against a COCO annotations file; print the 12 numbers, save results.json."""
+    metrics = evaluate_coco_json(ann_json, pred_json)
+    LOGGER.info(
+        f"{Path(pred_json).name} against {Path(ann_json).name} ({metrics.images} images, "
+        f"{int(metrics.instances.sum())} instances):\n{format_coco_stats(metrics.stats)}"
+    )
+    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
+    make_folder(save_dir)
+    write_results_json(save_dir / "results.json", metrics, (0.0, 0.0, 0.0))
+    LOGGER.info(f"Results saved to {save_dir}")
+    return metrics
