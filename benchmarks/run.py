@@ -156,15 +156,34 @@ def bench_train_epoch(data: Path, weights: Path, device: str, tmp: Path) -> dict
     return {"wall_s": round(wall, 1)}
 
 
-def bench_train_steps(data: Path, device: str, imgsz: int, batch: int, steps: int, cfg: str = "yolov5n.yaml") -> dict:
-    """Training steps (forward, loss, backward, SGD) per second on real augmented batches, and the loader alone."""
+def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp: bool = False):
+    """train.py's model layout, optimizer groups, loss gains, EMA and GradScaler for the real training step."""
     from models.yolo import Model
-    from utils.datasets import create_dataloader, load_data_config, load_hyp
+    from utils.datasets import load_hyp
     from utils.loss import ComputeLoss
+    from utils.torch_utils import ModelEMA
+    from utils.train_setup import smart_optimizer
+    from utils.train_step import TrainingParts, loss_gains
+
+    model = Model(cfg, nc=nc).to(dev).train()
+    if dev.type == "cpu":  # as the Trainer: oneDNN trains convolutions faster in NHWC
+        model.to(memory_format=torch.channels_last)
+    hyp = loss_gains(load_hyp(REPO / "data" / "hyp.scratch.yaml"), model.model[-1].nl, nc, imgsz)
+    optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
+    scaler = torch.amp.GradScaler(dev.type, enabled=amp)
+    amp_dtype = torch.float16 if amp else None
+    return TrainingParts(model, optimizer, ComputeLoss(model, hyp), scaler, ModelEMA(model), amp_dtype), hyp
+
+
+def bench_train_steps(data: Path, device: str, imgsz: int, batch: int, steps: int, cfg: str = "yolov5n.yaml") -> dict:
+    """train.py's training step (utils.train_step: forward, loss, backward, clipping, SGD, EMA) per second on real
+    augmented batches, and the loader alone."""
+    from utils.datasets import create_dataloader, load_data_config
+    from utils.train_step import train_step
 
     dev = select_device(device)
     cfg_data = load_data_config(data)
-    hyp = load_hyp(REPO / "data" / "hyp.scratch.yaml")
+    parts, hyp = _training_parts(cfg, cfg_data["nc"], imgsz, dev)
     loader, _ = create_dataloader(cfg_data["train"], imgsz, batch, 32, hyp=hyp, augment=True, workers=2, shuffle=True)
     t0, n = time.perf_counter(), 0
     batches = []
@@ -175,17 +194,11 @@ def bench_train_steps(data: Path, device: str, imgsz: int, batch: int, steps: in
             break
     loader_ips = n / (time.perf_counter() - t0)
 
-    model = Model(cfg, nc=cfg_data["nc"]).to(dev).train()
-    model.hyp = hyp
-    compute_loss = ComputeLoss(model, hyp)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, nesterov=True)
     times = []
     for i, (imgs, targets, _, _) in enumerate(batches * 2):
         t = time.perf_counter()
-        loss, _ = compute_loss(model(imgs.to(dev).float() / 255), targets.to(dev))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        images = (imgs.to(dev).float() / 255).contiguous(memory_format=torch.channels_last)
+        train_step(parts, images, targets.to(dev), update=True)
         if i >= 1:  # the first step pays one-off allocation costs
             times.append(time.perf_counter() - t)
     return {
@@ -217,32 +230,12 @@ def _cuda_median_seconds(step, device: torch.device, steps: int, warmup: int = 3
     return statistics.median(times)
 
 
-def _amp_train_step(model, compute_loss, optimizer, scaler, images, targets, amp: bool) -> None:
-    """One CUDA training step, under FP16 autocast with loss scaling when amp."""
-    with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
-        loss, _ = compute_loss(model(images), targets)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def bench_cuda(device: str, steps: int) -> dict:
     """yolov5s at 640: AMP vs float32 training (batch 64) and FP16 vs float32 inference (batch 32)."""
     from models.yolo import Model
-    from utils.loss import ComputeLoss
+    from utils.train_step import train_step
 
     dev = select_device(device)
-    hyp = {
-        "box": 0.05,
-        "obj": 1.0,
-        "cls": 0.5,
-        "cls_pw": 1.0,
-        "obj_pw": 1.0,
-        "anchor_t": 4.0,
-        "fl_gamma": 0.0,
-        "label_smoothing": 0.0,
-    }
     out = {"gpu": torch.cuda.get_device_name(dev)}
     images = torch.rand(64, 3, 640, 640, device=dev)
     g = torch.Generator().manual_seed(0)
@@ -257,19 +250,16 @@ def bench_cuda(device: str, steps: int) -> dict:
     ).to(dev)
     for amp in (False, True):
         torch.manual_seed(0)
-        model = Model("yolov5s.yaml").to(dev).train()
-        compute_loss = ComputeLoss(model, hyp)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, nesterov=True)
-        scaler = torch.amp.GradScaler("cuda", enabled=amp)
+        parts, _ = _training_parts("yolov5s.yaml", 80, 640, dev, amp=amp)
         torch.cuda.reset_peak_memory_stats(dev)
-        step = functools.partial(_amp_train_step, model, compute_loss, optimizer, scaler, images, targets, amp)
+        step = functools.partial(train_step, parts, images, targets, True)
         seconds = _cuda_median_seconds(step, dev, steps)
         key = "amp" if amp else "float32"
         out[f"train_{key}"] = {
             "images_per_s": round(64 / seconds, 1),
             "peak_memory_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 2),
         }
-        del model, optimizer, compute_loss
+        del parts
         torch.cuda.empty_cache()
     model = Model("yolov5s.yaml").fuse().to(dev).eval()
     batch = images[:32]

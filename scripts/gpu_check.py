@@ -1,7 +1,8 @@
 """GPU check of mixed-precision training: python scripts/gpu_check.py [--steps 300] [--img 320] [--batch 32]
 
-1. Trains yolov5s for --steps steps under FP16 autocast + GradScaler on the synthetic shapes data: every loss must
-   be finite, the loss must fall and the scaler's scale must move (a short growth interval makes it grow).
+1. Trains yolov5s for --steps steps with train.py's own training step (utils.train_step: warmup, loss gains,
+   FP16 autocast + GradScaler, clipping, EMA) on the synthetic shapes data: every loss must be finite, the loss
+   must fall and the scaler's scale must move (a short growth interval makes it grow).
 2. Saves that model, optimizer and scaler as a checkpoint, reloads it with torch.load(weights_only=True): weights
    FP16, scaler scale restored, FP16 outputs of the reloaded model close to FP32.
 3. Runs train.py end to end on the GPU (AMP check, checkpoints, validation), then FP16 detection with detect.py
@@ -21,13 +22,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from torch.optim import lr_scheduler  # noqa: E402
 
 from models.checkpoint import checkpoint_dict, load_model, save_checkpoint  # noqa: E402
 from models.yolo import Model  # noqa: E402
 from utils.datasets import create_dataloader, load_data_config, load_hyp  # noqa: E402
 from utils.loss import ComputeLoss  # noqa: E402
 from utils.shapes import generate_shapes  # noqa: E402
-from utils.torch_utils import select_device  # noqa: E402
+from utils.torch_utils import ModelEMA, cpu_supports_bf16  # noqa: E402
+from utils.train_setup import lr_lambda, smart_optimizer  # noqa: E402
+from utils.train_step import TrainingParts, apply_warmup, loss_gains, train_step, warmup_values  # noqa: E402
+from utils.validate_weights import run as validate_weights  # noqa: E402
 
 
 class CheckFailed(Exception):
@@ -49,45 +54,45 @@ def make_shapes(folder: Path, n_train: int, img: int) -> Path:
     return yaml_file
 
 
+def _amp_parts(data: dict, img: int, device: torch.device) -> tuple[TrainingParts, dict, lr_scheduler.LambdaLR]:
+    """yolov5s with train.py's optimizer groups, schedule, loss gains and EMA, and a GradScaler that grows fast."""
+    low = torch.float16 if device.type == "cuda" else torch.bfloat16
+    model = Model("yolov5s.yaml", nc=data["nc"]).to(device).train()
+    hyp = loss_gains(load_hyp("hyp.scratch.yaml"), model.model[-1].nl, data["nc"], img)
+    optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
+    scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda(1, hyp["lrf"]))
+    scaler = torch.amp.GradScaler(device.type, growth_interval=10)  # grows after 10 clean steps: the scale must move
+    parts = TrainingParts(model, optimizer, ComputeLoss(model, hyp), scaler, ModelEMA(model), amp_dtype=low)
+    return parts, hyp, scheduler
+
+
 def amp_training(
     data_yaml: Path, steps: int, img: int, batch: int, workers: int, folder: Path, device: torch.device
 ) -> dict:
-    """Part 1 and 2: an FP16 autocast + GradScaler loop on yolov5s, then a checkpoint round trip."""
-    from utils.trainer import smart_optimizer  # train.py's optimiser set-up
-
-    low = torch.float16 if device.type == "cuda" else torch.bfloat16
+    """Part 1 and 2: train.py's training step under AMP on yolov5s (with its warmup), then a checkpoint round trip."""
     data = load_data_config(data_yaml)
-    hyp = load_hyp("hyp.scratch.yaml")
-    model = Model("yolov5s.yaml", nc=data["nc"]).to(device).train()
-    hyp["cls"] *= data["nc"] / 80
-    hyp["obj"] *= (img / 640) ** 2
-    compute_loss = ComputeLoss(model, hyp)
-    optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
-    scaler = torch.amp.GradScaler(device.type, growth_interval=50)  # grows after 50 clean steps: the scale must move
+    parts, hyp, scheduler = _amp_parts(data, img, device)
+    model, optimizer, scaler, low = parts.model, parts.optimizer, parts.scaler, parts.amp_dtype
     loader = create_dataloader(
         data["train"], img, batch, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, nc=data["nc"]
     )[0]
-    losses, scales, skipped = [], [scaler.get_scale()], 0
+    n_warmup = max(round(hyp["warmup_epochs"] * len(loader)), 100)
+    targets_lr = [g["initial_lr"] * scheduler.lr_lambdas[0](0) for g in optimizer.param_groups]
+    losses, scales, skipped, last_update = [], [scaler.get_scale()], 0, -1
     t0 = time.time()
     while len(losses) < steps:
         for imgs, targets, _, _ in loader:
+            i = len(losses)
+            warm = warmup_values(i, n_warmup, targets_lr, hyp, batch)
+            apply_warmup(optimizer, warm)
             imgs = imgs.to(device, non_blocking=True).float() / 255
-            # Linear warmup of the lr over the first 50 steps, as train.py warms up, so the check is not fragile.
-            for j, group in enumerate(optimizer.param_groups):
-                group["lr"] = hyp["lr0"] * min(1.0, (len(losses) + 1) / 50) if j else hyp["lr0"]
-            with torch.autocast(device.type, dtype=low):
-                pred = model(imgs)
-                loss, items = compute_loss(pred, targets.to(device))
-            check(bool(torch.isfinite(loss).all()), f"non-finite loss {items.tolist()} at step {len(losses)}")
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
             before = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
+            update = i - last_update >= warm.accumulate
+            step = train_step(parts, imgs, targets.to(device), update)
+            check(step.skipped != "loss", f"non-finite loss {step.loss_items.tolist()} at step {i}")
+            last_update = i if update else last_update
             skipped += scaler.get_scale() < before  # a shrinking scale means the step was skipped (inf grads)
-            optimizer.zero_grad()
-            losses.append(float(loss) / imgs.shape[0])
+            losses.append(float(step.loss_items.sum()))
             scales.append(scaler.get_scale())
             if len(losses) >= steps:
                 break
@@ -197,20 +202,23 @@ def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int,
     n_boxes = sum(len(r.boxes) for r in found.results)
     check(all(torch.isfinite(torch.as_tensor(r.boxes)).all() for r in found.results), "non-finite FP16 detections")
 
-    from utils.validate import run as validate
-
+    # test.py's side of validation (weights loading and the precision policy): low precision vs float32
+    low = {"half": True} if on_gpu else {"bf16": cpu_supports_bf16()}
     maps = {}
     for half in (True, False):
-        (p, r, map50, map5095, *_), _, _ = validate(
+        result = validate_weights(
             data,
+            weights=best,
             batch_size=batch,
             imgsz=img,
-            half=half,
-            model=load_model(best, device=select_device(device)),
+            device=device,
             plots=False,
-            save_dir=folder / "val",
+            project=folder / "val",
+            name="fp16" if half else "fp32",
+            exist_ok=True,
+            **(low if half else {"half": False if on_gpu else None}),
         )
-        maps[half] = map5095
+        maps[half] = result.metrics.map
     check(abs(maps[True] - maps[False]) < 0.01, f"FP16 mAP50-95 {maps[True]:.4f} vs FP32 {maps[False]:.4f}")
     return {
         "train.py wall s": round(train_s, 1),

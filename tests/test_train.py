@@ -4,7 +4,6 @@ import csv
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -12,8 +11,10 @@ from torch import nn
 import train
 from models.checkpoint import load_model
 from models.yolo import Model
-from utils import trainer
+from utils import callbacks, train_setup, train_step, trainer
+from utils.callbacks import Callback
 from utils.shapes import generate_shapes
+from utils.torch_utils import cpu_supports_bf16
 
 NAMES = "[circle, square, triangle, star, cross]"
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0"]
@@ -29,8 +30,15 @@ def shapes_yaml(tmp_path_factory):
     return file
 
 
-def _train(*args) -> int:
-    return train.main(train.parse_opt([str(a) for a in args]))
+def _train(*args, callbacks: list[Callback] | None = None) -> int:
+    return train.main(train.parse_opt([str(a) for a in args]), callbacks=callbacks)
+
+
+class InterruptAfterFirstSave(Callback):
+    """Like Ctrl-C (or a kill) right after epoch 0's last.pt is written."""
+
+    def on_checkpoint_saved(self, trainer, path, result):
+        raise KeyboardInterrupt
 
 
 def _epochs(results_csv) -> list[int]:
@@ -49,7 +57,7 @@ def finished_run(shapes_yaml, tmp_path_factory):
 def test_end_to_end_outputs(finished_run):
     with open(finished_run / "results.csv", newline="") as f:
         rows = list(csv.reader(f))
-    assert rows[0] == trainer.RESULT_COLUMNS
+    assert rows[0] == callbacks.RESULT_COLUMNS
     assert [int(r[0]) for r in rows[1:]] == [0, 1]
     assert all(math.isfinite(float(v)) for r in rows[1:] for v in r)
     assert float(rows[1][1]) > 0  # a training box loss was logged
@@ -73,16 +81,9 @@ def test_final_checkpoints_are_fp16_weights_only(finished_run):
         assert out.shape[-1] == 10 and torch.isfinite(out).all()
 
 
-def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, monkeypatch, log):
-    save = trainer.save_checkpoint
-
-    def save_then_interrupt(ckpt, path):  # like Ctrl-C (or a kill) right after epoch 0's last.pt is written
-        save(ckpt, path)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(trainer, "save_checkpoint", save_then_interrupt)
-    assert _train("--data", shapes_yaml, *FAST, "--epochs", 3, "--project", tmp_path, "--noplots") == 130
-    monkeypatch.setattr(trainer, "save_checkpoint", save)
+def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, log):
+    args = ["--data", shapes_yaml, *FAST, "--epochs", 3, "--project", tmp_path, "--noplots"]
+    assert _train(*args, callbacks=[InterruptAfterFirstSave()]) == 130
     last = tmp_path / "exp" / "weights" / "last.pt"
     interrupted = torch.load(last, weights_only=True)
     assert interrupted["epoch"] == 0 and "optimizer" in interrupted and interrupted["ema_updates"] > 0
@@ -176,7 +177,7 @@ def test_official_weights_fine_tune(shapes_yaml, shared, tmp_path, log):
 
 
 def test_cpu_amp_trains_under_bfloat16(shapes_yaml, tmp_path, log):
-    if not trainer.cpu_supports_bf16():
+    if not cpu_supports_bf16():
         pytest.skip("this CPU has no bfloat16 support")
     args = ["--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, "--noplots", "--amp"]
     assert _train(*args) == 0
@@ -185,21 +186,35 @@ def test_cpu_amp_trains_under_bfloat16(shapes_yaml, tmp_path, log):
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
 
 
-def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, monkeypatch, log):
-    real_loss, calls = trainer.ComputeLoss, []
+class NanLossOnFirstBatch(Callback):
+    """Makes the trainer's loss NaN on its first call; records the mean losses each trained batch reports."""
 
-    class NanOnFirstBatch(real_loss):
-        def __call__(self, preds, targets):
-            loss, items = super().__call__(preds, targets)
-            calls.append(1)
-            if len(calls) == 1:
-                return loss * float("nan"), items * float("nan")
-            return loss, items
+    def __init__(self):
+        self.calls, self.batches = 0, []
 
-    monkeypatch.setattr(trainer, "ComputeLoss", NanOnFirstBatch)
-    assert _train("--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, "--noplots", "--noval") == 0
+    def on_train_start(self, trainer):
+        real = trainer.parts.compute_loss
+
+        def nan_first(preds, targets):
+            loss, items = real(preds, targets)
+            self.calls += 1
+            return (loss * float("nan"), items * float("nan")) if self.calls == 1 else (loss, items)
+
+        trainer.parts.compute_loss = nan_first
+
+    def on_batch_end(self, trainer, batch):
+        self.batches.append((batch.index, batch.mean_losses))
+
+
+def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, log):
+    nan = NanLossOnFirstBatch()
+    args = ["--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, "--noplots", "--noval"]
+    assert _train(*args, callbacks=[nan]) == 0
     text = log.text
-    assert "non-finite loss" in text and "step skipped" in text
+    assert "non-finite loss [nan, nan, nan] at epoch 0 batch 0, step skipped" in text
+    assert "1 steps skipped for non-finite losses or gradients in epoch 0" in text
+    # The skipped batch is not reported; the next batch's mean losses are finite (the NaN never entered them).
+    assert [i for i, _ in nan.batches] == [1] and all(math.isfinite(x) for x in nan.batches[0][1])
     ckpt = torch.load(tmp_path / "exp" / "weights" / "last.pt", weights_only=True)
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
 
@@ -243,34 +258,34 @@ def test_bad_input_gives_one_line_error(case, message, shapes_yaml, tmp_path, lo
 
 def test_optimizer_groups_and_lr_schedule():
     model = Model("yolov5n.yaml", nc=2)
-    opt = trainer.smart_optimizer(model, "SGD", lr=0.01, momentum=0.937, decay=5e-4)
+    opt = train_setup.smart_optimizer(model, "SGD", lr=0.01, momentum=0.937, decay=5e-4)
     biases, weights, bn = (g["params"] for g in opt.param_groups)
     assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 5e-4, 0.0]
     assert opt.param_groups[0]["nesterov"]
     assert len(biases) + len(weights) + len(bn) == len(list(model.parameters()))
     bn_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.BatchNorm2d)}
     assert {id(p) for p in bn} == bn_ids and all(p.ndim == 1 for p in biases)
-    assert isinstance(trainer.smart_optimizer(model, "AdamW", 0.001, 0.9, 5e-4), torch.optim.AdamW)
+    assert isinstance(train_setup.smart_optimizer(model, "AdamW", 0.001, 0.9, 5e-4), torch.optim.AdamW)
 
-    linear, cos = trainer.lr_lambda(100, 0.01), trainer.lr_lambda(100, 0.01, cos=True)
+    linear, cos = train_setup.lr_lambda(100, 0.01), train_setup.lr_lambda(100, 0.01, cos=True)
     assert linear(0) == 1 and linear(100) == pytest.approx(0.01) and linear(50) == pytest.approx(0.505)
     assert cos(0) == pytest.approx(1) and cos(100) == pytest.approx(0.01) and cos(50) == pytest.approx(0.505)
     assert cos(25) > linear(25)
 
 
 def test_early_stopping():
-    stopper = trainer.EarlyStopping(patience=2)
+    stopper = train_setup.EarlyStopping(patience=2)
     assert [stopper(e, f) for e, f in enumerate([0.1, 0.3, 0.2, 0.25])] == [False, False, False, True]
     assert stopper.best_epoch == 1 and stopper.best_fitness == 0.3
-    never = trainer.EarlyStopping(patience=0)
+    never = train_setup.EarlyStopping(patience=0)
     assert not any(never(e, 0.0 if e else 1.0) for e in range(50))
 
 
 def test_truncate_results_drops_epochs_to_redo(tmp_path):
     file = tmp_path / "results.csv"
     for epoch in range(4):
-        trainer.write_results_row(file, [epoch] + [0.5] * 13)
-    trainer.truncate_results(file, 2)
+        callbacks.write_results_row(file, [epoch] + [0.5] * 13)
+    callbacks.truncate_results(file, 2)
     assert _epochs(file) == [0, 1]
 
 
@@ -282,28 +297,28 @@ def test_plain_args_and_weight_transfer():
     assert plain["save_dir"] == "runs/train/exp"
     src = {"a": torch.zeros(2), "b": torch.zeros(3), "anchors": torch.zeros(1)}
     dst = {"a": torch.ones(2), "b": torch.ones(4), "anchors": torch.ones(1)}
-    assert list(trainer.intersect_state_dicts(src, dst)) == ["a", "anchors"]
-    assert list(trainer.intersect_state_dicts(src, dst, exclude=("anchor",))) == ["a"]
+    assert list(train_setup.intersect_state_dicts(src, dst)) == ["a", "anchors"]
+    assert list(train_setup.intersect_state_dicts(src, dst, exclude=("anchor",))) == ["a"]
 
 
 def test_freeze_layers():
     model = Model("yolov5n.yaml", nc=2)
-    trainer.freeze_layers(model, [3])
+    train_setup.freeze_layers(model, [3])
     frozen = {n.split(".")[1] for n, p in model.named_parameters() if not p.requires_grad}
     assert frozen == {"0", "1", "2"}
 
 
 def test_amp_policy_on_cpu():
     cpu = torch.device("cpu")
-    assert trainer.resolve_amp(None, cpu) is None and trainer.resolve_amp(False, cpu) is None
-    if not trainer.cpu_supports_bf16():
-        assert trainer.resolve_amp(True, cpu) is None
+    assert train_step.resolve_amp(None, cpu) is None and train_step.resolve_amp(False, cpu) is None
+    if not cpu_supports_bf16():
+        assert train_step.resolve_amp(True, cpu) is None
         pytest.skip("this CPU has no bfloat16 support")
-    assert trainer.resolve_amp(True, cpu) == torch.bfloat16
+    assert train_step.resolve_amp(True, cpu) == torch.bfloat16
     torch.manual_seed(0)
     model = Model("yolov5n.yaml", nc=2)
-    assert trainer.check_amp(model, torch.rand(1, 3, 64, 64), torch.bfloat16)
-    assert not trainer.check_amp(_DisagreesUnderAutocast(), torch.rand(1, 3, 64, 64), torch.bfloat16)
+    assert train_step.check_amp(model, torch.rand(1, 3, 64, 64), torch.bfloat16)
+    assert not train_step.check_amp(_DisagreesUnderAutocast(), torch.rand(1, 3, 64, 64), torch.bfloat16)
 
 
 class _DisagreesUnderAutocast(nn.Module):
@@ -318,7 +333,6 @@ class _DisagreesUnderAutocast(nn.Module):
 
 def test_all_finite_guards_checkpoints():
     model = Model("yolov5n.yaml", nc=2)
-    assert trainer.all_finite(model)
+    assert train_setup.all_finite(model)
     model.model[0].conv.weight.data[0, 0, 0, 0] = float("nan")
-    assert not trainer.all_finite(model)
-    assert np.isnan(model.model[0].conv.weight.detach().numpy()).any()
+    assert not train_setup.all_finite(model)

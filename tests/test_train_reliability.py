@@ -10,7 +10,8 @@ import torch
 import train
 from models.checkpoint import fp16_state_dict
 from models.yolo import Model
-from utils import trainer
+from utils import train_setup
+from utils.callbacks import Callback
 from utils.shapes import generate_shapes
 
 NAMES = "[circle, square, triangle, star, cross]"
@@ -27,8 +28,18 @@ def tiny_yaml(tmp_path_factory):
     return file
 
 
-def _train(*args) -> int:
-    return train.main(train.parse_opt([str(a) for a in args]))
+def _train(*args, callbacks: list[Callback] | None = None) -> int:
+    return train.main(train.parse_opt([str(a) for a in args]), callbacks=callbacks)
+
+
+class OnStart(Callback):
+    """Calls a function with the trainer once set-up is done."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def on_train_start(self, trainer):
+        self.function(trainer)
 
 
 def _one_error(log) -> str:
@@ -42,17 +53,11 @@ def _one_error(log) -> str:
 # Item 4: a dataset smaller than the batch trains; one without labels is refused
 
 
-def test_tiny_dataset_trains_with_default_batch_size(tiny_yaml, tmp_path, monkeypatch, log):
+def test_tiny_dataset_trains_with_default_batch_size(tiny_yaml, tmp_path, log):
     decays = []
-    real = trainer.smart_optimizer
-
-    def record(model, name, lr, momentum, decay):
-        decays.append(decay)
-        return real(model, name, lr, momentum, decay)
-
-    monkeypatch.setattr(trainer, "smart_optimizer", record)
+    record = OnStart(lambda trainer: decays.append(trainer.parts.optimizer.param_groups[1]["weight_decay"]))
     # No --batch-size: the default 16 is more than the 3 images.
-    assert _train("--data", tiny_yaml, *FAST, "--project", tmp_path) == 0
+    assert _train("--data", tiny_yaml, *FAST, "--project", tmp_path, callbacks=[record]) == 0
     assert (tmp_path / "exp" / "weights" / "best.pt").is_file()
     # Gradients accumulate to the nominal batch 64 from the loader's batch of 3 (21 steps), not from 16 (4 steps),
     # and weight decay scales with that effective batch.
@@ -199,22 +204,28 @@ def test_freeze_that_cannot_work_is_refused(freeze, message, tiny_yaml, tmp_path
     assert not list(tmp_path.glob("exp*"))
 
 
-def test_full_disk_while_writing_results_is_one_line(tiny_yaml, tmp_path, monkeypatch, log):
-    def disk_full(*args):
+class DiskFullLogger(Callback):
+    """A logger whose disk fills up when it writes an epoch's results."""
+
+    def on_epoch_end(self, trainer, result):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(trainer, "write_results_row", disk_full)
-    assert _train("--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path) == 1
+
+def test_full_disk_while_logging_results_is_one_line(tiny_yaml, tmp_path, log):
+    args = ["--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path]
+    assert _train(*args, callbacks=[DiskFullLogger()]) == 1
     assert "the disk is full (ENOSPC)" in _one_error(log)
 
 
-def test_out_of_memory_is_one_line(tiny_yaml, tmp_path, monkeypatch, log):
-    class OutOfMemory(trainer.ComputeLoss):
-        def __call__(self, preds, targets):
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity")
+def test_out_of_memory_is_one_line(tiny_yaml, tmp_path, log):
+    def out_of_memory(preds, targets):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity")
 
-    monkeypatch.setattr(trainer, "ComputeLoss", OutOfMemory)
-    assert _train("--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path) == 1
+    def swap_loss(trainer):
+        trainer.parts.compute_loss = out_of_memory
+
+    args = ["--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path]
+    assert _train(*args, callbacks=[OnStart(swap_loss)]) == 1
     error = _one_error(log)
     assert "out of memory (CUDA out of memory)" in error and "smaller --batch-size" in error
 
@@ -254,15 +265,13 @@ def test_other_bad_input_gives_one_line_error(case, message, tiny_yaml, tmp_path
 def interrupted_last(tiny_yaml, tmp_path_factory):
     """A resumable last.pt: a 3-epoch run stopped (as by Ctrl-C) right after epoch 0 was saved."""
     project = tmp_path_factory.mktemp("interrupted")
-    save = trainer.save_checkpoint
 
-    def save_then_interrupt(ckpt, path):
-        save(ckpt, path)
-        raise KeyboardInterrupt
+    class InterruptAfterFirstSave(Callback):
+        def on_checkpoint_saved(self, trainer, path, result):
+            raise KeyboardInterrupt
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(trainer, "save_checkpoint", save_then_interrupt)
-        assert _train("--data", tiny_yaml, *FAST[:-1], 3, "--batch-size", 3, "--project", project) == 130
+    args = ["--data", tiny_yaml, *FAST[:-1], 3, "--batch-size", 3, "--project", project]
+    assert _train(*args, callbacks=[InterruptAfterFirstSave()]) == 130
     return project / "exp" / "weights" / "last.pt"
 
 
@@ -299,7 +308,7 @@ def test_resume_of_unusable_checkpoint_gives_one_line_error(case, message, inter
     elif case == "other_model_weights":
         ckpt["train_model"] = _other_model_state(ckpt)
     elif case == "other_model_optimizer":  # a fresh one: same group sizes as yolov5n, but never stepped
-        ckpt["optimizer"] = trainer.smart_optimizer(Model("yolov5s.yaml", nc=5), decay=0.0).state_dict()
+        ckpt["optimizer"] = train_setup.smart_optimizer(Model("yolov5s.yaml", nc=5), decay=0.0).state_dict()
     elif case == "other_model_optimizer_buffers":  # SGD momentum of yolov5s weights
         shapes = [p.shape for p in Model("yolov5s.yaml", nc=5).parameters()]
         for i, state in ckpt["optimizer"]["state"].items():

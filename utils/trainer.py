@@ -13,7 +13,6 @@ import random
 import time
 from contextlib import contextmanager
 from copy import deepcopy
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -33,7 +32,6 @@ from utils.datasets import create_dataloader, load_data_config
 from utils.files import increment_path
 from utils.log import LOGGER
 from utils.loss import ComputeLoss
-from utils.metrics import fitness
 from utils.torch_utils import ModelEMA, de_parallel, init_seeds
 from utils.train_setup import (
     EarlyStopping,
@@ -56,7 +54,7 @@ from utils.train_step import (
     train_step,
     warmup_values,
 )
-from utils.validate import run as validate
+from utils.validate import ValidationOptions, ValidationResult, evaluate
 
 LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))  # set by torch.distributed.run
 RANK = int(os.getenv("RANK", -1))
@@ -167,20 +165,15 @@ def _broadcast_stop(stop: bool) -> bool:
     return flag[0]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Validation
-
-
-@dataclass
-class Validation:
-    """The numbers one validation gives the Trainer."""
-
-    precision: float = 0.0
-    recall: float = 0.0
-    map50: float = 0.0
-    map: float = 0.0
-    losses: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    fitness: float = 0.0
+def epoch_result(
+    epoch: int, train_losses: list[float], lrs: list[float], validation: ValidationResult | None
+) -> EpochResult:
+    """An epoch's EpochResult from its training losses, lrs and validation (zeros where there is none yet)."""
+    if validation is None:
+        return EpochResult(epoch, train_losses, 0.0, 0.0, 0.0, 0.0, [0.0, 0.0, 0.0], lrs, 0.0)
+    m = validation.metrics
+    losses = [float(x) for x in validation.losses]
+    return EpochResult(epoch, train_losses, m.mp, m.mr, m.map50, m.map, losses, lrs, validation.fitness)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -211,7 +204,8 @@ class Trainer:
         self.last, self.best = self.save_dir / "weights" / "last.pt", self.save_dir / "weights" / "best.pt"
         self.resume_ckpt = resume_ckpt
         self.callbacks = Callbacks(default_callbacks(self.plots) + list(callbacks or []) if self.main_process else [])
-        self.start_epoch, self.best_fitness, self.validation = 0, 0.0, Validation()
+        self.start_epoch, self.best_fitness = 0, 0.0
+        self.validation: ValidationResult | None = None  # the latest
 
     # Stages ----------------------------------------------------------------------------------------------------------
 
@@ -307,10 +301,8 @@ class Trainer:
         if not self.opt.noval or final:
             # Score exactly the weights the checkpoint will hold.
             self.validation = self.evaluate(fp16_rounded(self.parts.ema.ema), plots=False)
-        v = self.validation  # with --noval, the previous validation (zeros before the first) is listed again
-        return EpochResult(
-            epoch, train_losses, v.precision, v.recall, v.map50, v.map, list(v.losses), self.lrs, v.fitness
-        )
+        # With --noval, the previous validation (zeros before the first) is listed again.
+        return epoch_result(epoch, train_losses, self.lrs, self.validation)
 
     def save(self, result: EpochResult, final: bool) -> None:
         """last.pt (and best.pt, epochN.pt when due) unless --nosave, always at the end; on_checkpoint_saved each."""
@@ -347,31 +339,23 @@ class Trainer:
                 strip_optimizer(f)
         if self.best.exists():
             LOGGER.info(f"\nValidating {self.best}...")
-            v = self.evaluate(load_model(self.best, device=self.device), plots=self.plots, verbose=True)
-            lrs = result.lrs if result else []
-            losses = result.train_losses if result else []
-            epoch = result.epoch if result else self.start_epoch
-            result = EpochResult(epoch, losses, v.precision, v.recall, v.map50, v.map, list(v.losses), lrs, v.fitness)
+            final = self.evaluate(load_model(self.best, device=self.device), plots=self.plots, verbose=True)
+            result = epoch_result(result.epoch, result.train_losses, result.lrs, final)
         self.callbacks.on_train_end(self, result)
         return result
 
-    def evaluate(self, model: nn.Module, plots: bool, verbose: bool = False) -> Validation:
-        """Validate model on the val loader, with the training loss function for the val losses."""
-        numbers, _, _ = validate(
-            self.data,
-            batch_size=self.val_loader.batch_size,
-            imgsz=self.imgsz,
-            half=self.parts.amp_dtype == torch.float16,
-            model=model,
+    def evaluate(self, model: nn.Module, plots: bool, verbose: bool = False) -> ValidationResult:
+        """Score model on the val loader, with the training loss function for the val losses."""
+        options = ValidationOptions(
             single_cls=self.opt.single_cls,
-            dataloader=self.val_loader,
+            ann_json=self.data.get("ann_json"),
+            ann_json_fallback=True,  # a JSON that does not fit the images: one warning, then the YOLO labels
             save_dir=self.save_dir,
             plots=plots,
-            compute_loss=self.parts.compute_loss,
             verbose=verbose,
+            half=self.parts.amp_dtype == torch.float16,  # FP16 autocast as trained; bfloat16 runs are scored in FP32
         )
-        p, r, map50, map5095, *losses = numbers
-        return Validation(p, r, map50, map5095, tuple(losses), float(fitness(numbers)))
+        return evaluate(model, self.val_loader, list(self.data["names"]), self.parts.compute_loss, options)
 
     # Set-up steps ----------------------------------------------------------------------------------------------------
 
