@@ -1,6 +1,5 @@
 """utils.outputs: unique output names, crop folders, and each writer on real predictions."""
 
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -26,3 +25,65 @@ def test_crop_folders_stay_inside_crops():
     assert [crop_folder(n, 7) for n in ("", "..", ".", " ")] == ["class7"] * 4
 
 
+def _prediction(path: str, boxes, frame: int = 0, video: bool = False) -> Prediction:
+    image = np.full((100, 200, 3), 60, np.uint8)
+    image[20:80, 40:160] = (0, 200, 255)  # something to crop
+    result = ImageResult(path, frame, (100, 200), np.asarray(boxes, np.float32).reshape(-1, 6), 1.0)
+    return Prediction(result, image, video, None, 30.0, (1, 3, 64, 128), (0.0, 0.0, 0.0))
+
+
+BOXES = [[40, 20, 160, 80, 0.9, 1], [0, 0, 50, 50, 0.3, 0]]  # highest confidence first, as NMS returns them
+
+
+def test_labels_are_written_lowest_confidence_first(tmp_path):
+    outputs = Outputs(tmp_path, ["cat", "dog"], OutputOptions(save_img=False, save_txt=True, save_conf=True))
+    assert outputs.write(_prediction("in/a.jpg", BOXES))
+    lines = (tmp_path / "labels" / "a.txt").read_text().splitlines()
+    assert lines == ["0 0.125 0.25 0.25 0.5 0.3", "1 0.5 0.5 0.6 0.6 0.9"]
+    assert outputs.write(_prediction("in/empty.jpg", []))  # no detections: no label file
+    assert sorted(p.name for p in (tmp_path / "labels").iterdir()) == ["a.txt"]
+    assert outputs.saved_line() == f"Results saved to {tmp_path}, 1 label file in {tmp_path / 'labels'}"
+
+
+def test_annotated_image_and_crops(tmp_path):
+    options = OutputOptions(save_crop=True, line_thickness=2)
+    outputs = Outputs(tmp_path, ["cat", "../dog"], options)
+    prediction = _prediction("in/a.png", BOXES)
+    outputs.write(prediction)
+    saved = cv2.imread(str(tmp_path / "a.png"))
+    assert saved.shape == (100, 200, 3) and (saved != 60).any()  # boxes were drawn, at the original size
+    crop = cv2.imread(str(tmp_path / "crops" / ".._dog" / "a.jpg"))  # class name made one safe folder
+    assert crop is not None and abs(int(crop[crop.shape[0] // 2, crop.shape[1] // 2, 2]) - 255) < 40  # untouched
+    assert (tmp_path / "crops" / "cat" / "a.jpg").is_file()
+    outputs.write(_prediction("other/a.png", BOXES[:1]))  # same stem, another input: its own name
+    assert (tmp_path / "a_2.png").is_file() and (tmp_path / "crops" / ".._dog" / "a_2.jpg").is_file()
+
+
+def test_nosave_claims_no_names_and_writes_nothing(tmp_path, log):
+    outputs = Outputs(tmp_path, ["cat", "dog"], OutputOptions(save_img=False))
+    assert not outputs.options.writes_files and outputs.saved_line() == ""
+    for _ in range(3):  # one image repeated (a benchmark): nothing to keep apart, nothing to warn about
+        assert outputs.write(_prediction("a.jpg", BOXES))
+    assert not list(tmp_path.iterdir()) and not log.messages
+
+
+def test_video_frames_share_one_stem(tmp_path):
+    outputs = Outputs(tmp_path, ["cat", "dog"], OutputOptions(save_img=False, save_txt=True))
+    for frame in (1, 2, 3):
+        outputs.write(_prediction("clip.avi", BOXES, frame=frame, video=True))
+    outputs.write(_prediction("clip_2.jpg", BOXES))  # would be named like the video's frame 2: renamed
+    outputs.close()
+    names = sorted(p.name for p in (tmp_path / "labels").iterdir())
+    assert names == ["clip_1.txt", "clip_2.txt", "clip_2_2.txt", "clip_3.txt"]
+    assert output_stem("clip", 0) == "clip" and output_stem("clip", 12) == "clip_12"
+
+
+def test_make_save_dir(tmp_path):
+    assert make_save_dir(tmp_path, "exp", False) == tmp_path / "exp"
+    assert make_save_dir(tmp_path, "exp", False) == tmp_path / "exp2"
+    assert make_save_dir(tmp_path, "exp", True) == tmp_path / "exp"
+    with pytest.raises(DetectError, match="--name is empty"):
+        make_save_dir(tmp_path, " ", False)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(DetectError, match="cannot create the output folder"):
+        make_save_dir(tmp_path / "file", "exp", False)
