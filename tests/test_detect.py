@@ -1,9 +1,8 @@
 """detect.py end to end against the official YOLOv5 outputs, its bad-input handling, and utils.plots."""
 
 import os
+import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -25,13 +24,6 @@ needs_shared = pytest.mark.skipif(
     not (WEIGHTS.is_file() and IMAGES.is_dir() and REFERENCE.is_dir()),
     reason="../shared (yolov5n.pt, images, reference labels) is not available",
 )
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """python detect.py ARGS in cwd; stdout and stderr together."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / "detect.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
 
 
 def _read_labels(file: Path) -> np.ndarray:
@@ -67,19 +59,21 @@ def _assert_matches_reference(labels_dir: Path) -> None:
 
 
 @needs_shared
-def test_cli_reproduces_official_labels(tmp_path):
-    result = _cli("--weights", str(WEIGHTS), "--source", str(IMAGES), "--save-txt", "--save-conf", cwd=tmp_path)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out
-    assert "Traceback" not in out
+def test_cli_reproduces_official_labels(tmp_path, monkeypatch, log):
+    monkeypatch.chdir(tmp_path)
+    assert detect.main(["--weights", str(WEIGHTS), "--source", str(IMAGES), "--save-txt", "--save-conf"]) == 0
+    assert "Traceback" not in log.text and not [m for m in log.messages if m.startswith(("ERROR", "WARNING"))]
     exp = tmp_path / "runs" / "detect" / "exp"
     _assert_matches_reference(exp / "labels")
-    assert f"image 1/2 {IMAGES / 'bus.jpg'}: 640x480 4 persons, 1 bus, " in out
-    assert f"image 2/2 {IMAGES / 'zidane.jpg'}: 384x640 2 persons, 1 tie, " in out
-    assert "per image at shapes (1, 3, 640, 480), (1, 3, 384, 640)" in out and "Speed: " in out  # letterboxed
-    assert "Results saved to runs/detect/exp" in out
+    assert f"image 1/2 {IMAGES / 'bus.jpg'}: 640x480 4 persons, 1 bus, " in log.text
+    assert f"image 2/2 {IMAGES / 'zidane.jpg'}: 384x640 2 persons, 1 tie, " in log.text
+    (speed,) = [m for m in log.messages if m.startswith("Speed: ")]
+    pattern = r"Speed: \d+\.\dms pre-process, \d+\.\dms inference, \d+\.\dms NMS per image at shapes "
+    assert re.fullmatch(pattern + r"\(1, 3, 640, 480\), \(1, 3, 384, 640\)", speed), speed  # letterboxed shapes
+    assert log.messages[-1] == "Results saved to runs/detect/exp, 2 label files in runs/detect/exp/labels"
     for name in ("bus.jpg", "zidane.jpg"):  # annotated copies at the original size
         assert cv2.imread(str(exp / name)).shape == cv2.imread(str(IMAGES / name)).shape
+    assert sorted(p.name for p in exp.iterdir()) == ["bus.jpg", "labels", "zidane.jpg"]  # no crops, no videos
 
 
 @needs_shared
@@ -138,16 +132,14 @@ def test_video_source_saves_video_and_per_frame_labels(tmp_path):
 # --- bad inputs: one line, exit 1, no traceback ------------------------------------------------------------
 
 
-def _assert_one_error_line(result: subprocess.CompletedProcess, expected: str) -> None:
-    out = (result.stdout + result.stderr).strip()
-    assert result.returncode == 1, out
-    assert "Traceback" not in out
-    assert out.count("\n") == 0, out
-    assert out.startswith("ERROR: ") and expected in out, out
+def _assert_one_error_line(code: int, log, expected: str) -> None:
+    errors = [line for line in log.messages if line.startswith("ERROR")]
+    assert code == 1 and "Traceback" not in log.text, log.text
+    assert len(errors) == 1 and "\n" not in errors[0] and errors[0].startswith("ERROR: ") and expected in errors[0]
 
 
 @needs_shared
-def test_cli_refuses_malicious_pickle(tmp_path):
+def test_cli_refuses_malicious_pickle(tmp_path, log):
     marker = tmp_path / "pwned"
 
     class Payload:
@@ -156,17 +148,19 @@ def test_cli_refuses_malicious_pickle(tmp_path):
 
     evil = tmp_path / "evil.pt"
     torch.save({"model": Payload(), "epoch": 1}, evil)
-    result = _cli("--weights", str(evil), "--source", str(IMAGES), cwd=tmp_path)
+    code = detect.main(["--weights", str(evil), "--source", str(IMAGES), "--project", str(tmp_path / "r")])
     assert not marker.exists(), "the pickle payload ran"
-    _assert_one_error_line(result, "refusing to load")
+    _assert_one_error_line(code, log, "refusing to load")
 
 
 @needs_shared
-def test_cli_truncated_weights(tmp_path):
+def test_cli_truncated_weights(tmp_path, log):
     cut = tmp_path / "cut.pt"
     data = WEIGHTS.read_bytes()
     cut.write_bytes(data[: len(data) // 2])
-    _assert_one_error_line(_cli("--weights", str(cut), "--source", str(IMAGES), cwd=tmp_path), "cut.pt")
+    code = detect.main(["--weights", str(cut), "--source", str(IMAGES), "--project", str(tmp_path / "r")])
+    _assert_one_error_line(code, log, "cut.pt")
+    assert not (tmp_path / "r").exists()
 
 
 @needs_shared
@@ -272,3 +266,7 @@ def test_plot_images_labels_and_predictions(tmp_path):
     assert drawn.shape == (64, 96, 3) and (tmp_path / "preds.jpg").is_file()  # scaled down to max_size
     empty = plot_images(uint8, np.zeros((0, 6)), fname=tmp_path / "none.jpg")
     assert empty.shape == (128, 192, 3)
+    np.testing.assert_array_equal(plot_images(uint8, preds[1:], fname=tmp_path / "low.jpg"), empty)  # 0.1: not drawn
+    assert (plot_images(uint8, preds[:1], fname=tmp_path / "high.jpg") != empty).any()  # 0.9: drawn
+    float_mosaic = plot_images(images, np.zeros((0, 6)), fname=tmp_path / "float.jpg")
+    assert np.abs(float_mosaic.astype(int) - empty).max() <= 1  # float images in [0, 1] are scaled to 0-255
