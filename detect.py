@@ -9,13 +9,12 @@ Usage (the flags of YOLOv5's detect.py):
 
 import argparse
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from utils.cli import Parser, run_cli
 from utils.log import LOGGER
 from utils.outputs import OutputOptions, Outputs, make_save_dir
-from utils.predict import LIMITS, DetectError, ImageResult, PredictOptions, Predictor, check_options, load_detector
+from utils.predict import LIMITS, DetectError, DetectRun, PredictOptions, Predictor, check_options, load_detector
 from utils.sources import check_source
 from utils.torch_utils import select_device
 
@@ -31,17 +30,6 @@ SWITCHES = {  # store_true flags: the output switches and NMS modes
     "--hide-conf": "hide confidences",
     "--bf16": "bfloat16 autocast on CPUs with AVX512-BF16 or AMX",
 }
-
-
-@dataclass
-class DetectRun:
-    """What run() did: where it saved, per-image detections, mean times and the inputs it skipped."""
-
-    save_dir: Path
-    names: list[str]
-    results: list[ImageResult] = field(default_factory=list)
-    speed_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)  # pre-process, inference, NMS per image
-    skipped: list[str] = field(default_factory=list)
 
 
 def run(

@@ -12,7 +12,7 @@ import torch
 
 import detect
 from utils.plots import Annotator, colors, plot_images, save_one_box
-from utils.predict import check_img_size
+from utils.predict import inference_size
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -215,10 +215,10 @@ def test_parse_opt_yolov5_defaults_and_aliases():
         detect.parse_opt(["--img", "1", "2", "3"])
 
 
-def test_check_img_size_rounds_up(log):
-    assert check_img_size([640, 480]) == [640, 480] and not log.messages
-    assert check_img_size(641) == [672, 672]
-    assert check_img_size([100, 20]) == [128, 32]
+def test_inference_size_rounds_up(log):
+    assert inference_size([640, 480]) == [640, 480] and not log.messages
+    assert inference_size(641) == [672, 672]
+    assert inference_size([100, 20]) == [128, 32]
     assert sum("multiple of max stride 32" in line for line in log.messages) == 2
 
 

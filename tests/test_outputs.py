@@ -1,6 +1,5 @@
 """utils.outputs: unique output names, crop folders, and each writer on real predictions."""
 
-
 import cv2
 import numpy as np
 import pytest

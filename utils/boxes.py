@@ -80,11 +80,6 @@ def scale_boxes(
     return clip_boxes(boxes, original_shape)
 
 
-def box_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
-    """Pairwise IoU of corner boxes, (N, M)."""
-    return torchvision.ops.box_iou(boxes1, boxes2)
-
-
 def non_max_suppression(
     prediction: torch.Tensor,
     conf_thres: float = 0.25,

@@ -16,7 +16,7 @@ import torch
 
 from models import load_model
 from models.checkpoint import CheckpointError
-from utils.augment import check_img_size as _round_to_stride
+from utils.augment import check_img_size
 from utils.boxes import non_max_suppression, scale_boxes
 from utils.cli import float_in, int_in
 from utils.downloads import attempt_download_weights
@@ -105,10 +105,21 @@ class Prediction:
     times: tuple[float, float, float]  # seconds: pre-process, inference, NMS
 
 
-def check_img_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -> list[int]:
+@dataclass
+class DetectRun:
+    """What detect.run did: where it saved, per-image detections, mean times and the inputs it skipped."""
+
+    save_dir: Path
+    names: list[str]
+    results: list[ImageResult] = field(default_factory=list)
+    speed_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)  # pre-process, inference, NMS per image
+    skipped: list[str] = field(default_factory=list)
+
+
+def inference_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -> list[int]:
     """[h, w] image size rounded up to multiples of stride (with a warning when it changes)."""
     size = [int(imgsz)] * 2 if isinstance(imgsz, (int, float)) else [int(v) for v in imgsz]
-    return _round_to_stride(size * 2 if len(size) == 1 else size, stride)
+    return check_img_size(size * 2 if len(size) == 1 else size, stride)
 
 
 def load_detector(weights, device: torch.device, half: bool | None = None, bf16: bool = False):
@@ -151,7 +162,7 @@ class Predictor:
         self.names = list(model.names)
         self.stride = int(model.stride.max())
         self.classes = self._checked_classes(options.classes)
-        self.img_size = check_img_size(options.img_size, self.stride)
+        self.img_size = inference_size(options.img_size, self.stride)
         self.totals = [0.0, 0.0, 0.0]  # seconds: pre-process, inference, NMS, over `count` images
         self.count = 0
         self.shapes: list[tuple[int, ...]] = []  # distinct input tensor shapes, for the speed line
