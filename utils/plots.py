@@ -144,6 +144,52 @@ def _class_name(names, cls: int) -> str:
     return str(names[cls]) if names is not None and 0 <= cls < len(names) else str(cls)
 
 
+def _as_uint8_images(images) -> np.ndarray:
+    """(B, 3, H, W) uint8 from uint8 or float images (floats in [0, 1] are scaled to 0-255)."""
+    images = _to_numpy(images)
+    if images.dtype != np.uint8:
+        images = images.astype(np.float32)
+        if images.max(initial=0.0) <= 1.0:
+            images = images * 255
+        images = images.clip(0, 255).astype(np.uint8)
+    return images
+
+
+def _tile(images: np.ndarray, ns: int, max_size: int) -> tuple[np.ndarray, float, int, int]:
+    """(mosaic BGR, scale, tile h, tile w): the first ns*ns images on an ns x ns grid, shrunk to max_size."""
+    bs, _, h, w = images.shape
+    mosaic = np.full((ns * h, ns * w, 3), 255, dtype=np.uint8)
+    for i in range(bs):
+        y, x = (i // ns) * h, (i % ns) * w
+        mosaic[y : y + h, x : x + w] = images[i].transpose(1, 2, 0)[..., ::-1]  # RGB CHW -> BGR HWC
+    scale = max_size / ns / max(h, w)
+    if scale >= 1:
+        return mosaic, 1.0, h, w
+    h, w = math.ceil(scale * h), math.ceil(scale * w)
+    return cv2.resize(mosaic, (ns * w, ns * h), interpolation=cv2.INTER_AREA), scale, h, w
+
+
+def _draw_tile_boxes(annotator, ti: np.ndarray, origin, tile_hw, scale: float, names, conf_thres: float) -> None:
+    """Draw one tile's labels (n, 6) or predictions (n, 7); boxes normalised or in batch-image pixels."""
+    (x, y), (h, w) = origin, tile_hw
+    boxes = xywh2xyxy(ti[:, 2:6].astype(np.float32))
+    if boxes.max() <= 1.01:  # normalised: to tile pixels
+        boxes[:, [0, 2]] *= w
+        boxes[:, [1, 3]] *= h
+    elif scale < 1:  # pixels of the original batch images
+        boxes *= scale
+    boxes[:, [0, 2]] += x
+    boxes[:, [1, 3]] += y
+    for j, box in enumerate(boxes):
+        cls = int(ti[j, 1])
+        conf = float(ti[j, 6]) if ti.shape[1] == 7 else None
+        if conf is not None and conf < conf_thres:
+            continue
+        name = _class_name(names, cls)
+        label = name if conf is None else f"{name} {conf:.1f}"
+        annotator.box_label(box, label, color=colors(cls, bgr=True))
+
+
 def plot_images(
     images,
     targets,
@@ -160,54 +206,22 @@ def plot_images(
     or (n, 7) predictions [batch_idx, cls, cx, cy, w, h, conf]; boxes normalised to [0, 1] or in pixels of
     the batch images. Predictions below conf_thres are not drawn.
     """
-    images = _to_numpy(images)
+    images = _as_uint8_images(images)[:max_subplots]
     targets = _to_numpy(targets).astype(np.float32)
     if targets.size == 0:
         targets = np.zeros((0, 6), dtype=np.float32)
-    if images.dtype != np.uint8:
-        images = images.astype(np.float32)
-        if images.max(initial=0.0) <= 1.0:
-            images = images * 255
-        images = images.clip(0, 255).astype(np.uint8)
-    bs, _, h, w = images.shape
-    bs = min(bs, max_subplots)
+    bs = len(images)
     ns = math.ceil(bs**0.5)  # tiles per side
-    mosaic = np.full((ns * h, ns * w, 3), 255, dtype=np.uint8)
-    for i in range(bs):
-        y, x = (i // ns) * h, (i % ns) * w
-        mosaic[y : y + h, x : x + w] = images[i].transpose(1, 2, 0)[..., ::-1]  # RGB CHW -> BGR HWC
-    scale = max_size / ns / max(h, w)
-    if scale < 1:
-        h, w = math.ceil(scale * h), math.ceil(scale * w)
-        mosaic = cv2.resize(mosaic, (ns * w, ns * h), interpolation=cv2.INTER_AREA)
-    else:
-        scale = 1.0
+    mosaic, scale, h, w = _tile(images, ns, max_size)
     annotator = Annotator(mosaic, line_width=max(round(sum(mosaic.shape[:2]) / 2 * 0.002), 1))
-    is_pred = targets.shape[1] == 7
     for i in range(bs):
         x, y = (i % ns) * w, (i // ns) * h
         cv2.rectangle(annotator.im, (x, y), (x + w, y + h), (255, 255, 255), 2)
         if paths is not None and i < len(paths):
             annotator.text((x + 5, y + 5 + annotator.lw * 8), Path(str(paths[i])).name[:40], (220, 220, 220))
         ti = targets[targets[:, 0] == i]
-        if not len(ti):
-            continue
-        boxes = xywh2xyxy(ti[:, 2:6].astype(np.float32))
-        if boxes.max() <= 1.01:  # normalised: to tile pixels
-            boxes[:, [0, 2]] *= w
-            boxes[:, [1, 3]] *= h
-        elif scale < 1:  # pixels of the original batch images
-            boxes *= scale
-        boxes[:, [0, 2]] += x
-        boxes[:, [1, 3]] += y
-        for j, box in enumerate(boxes):
-            cls = int(ti[j, 1])
-            conf = float(ti[j, 6]) if is_pred else None
-            if conf is not None and conf < conf_thres:
-                continue
-            name = _class_name(names, cls)
-            label = name if conf is None else f"{name} {conf:.1f}"
-            annotator.box_label(box, label, color=colors(cls, bgr=True))
+        if len(ti):
+            _draw_tile_boxes(annotator, ti, (x, y), (h, w), scale, names, conf_thres)
     fname = Path(fname)
     fname.parent.mkdir(parents=True, exist_ok=True)
     imwrite(fname, annotator.result(), [cv2.IMWRITE_JPEG_QUALITY, 90])
