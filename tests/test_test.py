@@ -1,5 +1,6 @@
-"""test.py end to end on coco128 (official COCO JSON and YOLO labels as ground truth), the training path and
-bad input."""
+"""test.py end to end on coco128 (official COCO JSON and YOLO labels as ground truth) and bad input.
+
+train.py's path (evaluate() on a live model) is tested in test_validate_evaluate.py."""
 
 import importlib.util
 import json
@@ -52,7 +53,7 @@ def image_list(tmp_path: Path, shared: Path, n: int) -> Path:
 def test_coco128_640_against_the_official_json(tmp_path, shared):
     """The acceptance run: reference settings (640, batch 16), --save-json, plots on."""
     weights = shared / "weights/yolov5n.pt"
-    (mp, mr, map50, map_, *losses), maps, speed = yolo_test.run(
+    result = yolo_test.run(
         data_yaml(tmp_path, shared),
         weights=str(weights),
         batch_size=16,
@@ -61,6 +62,7 @@ def test_coco128_640_against_the_official_json(tmp_path, shared):
         project=tmp_path / "runs",
         workers=2,
     )
+    (mp, mr, map50, map_, *losses), maps, speed = result.summary, result.metrics.maps, result.speed_ms
     run_dir = tmp_path / "runs/exp"
     results = json.loads((run_dir / "results.json").read_text())
     m = results["metrics"]
@@ -72,6 +74,8 @@ def test_coco128_640_against_the_official_json(tmp_path, shared):
     assert (map_, map50, mp, mr) == (m["mAP50-95"], m["mAP50"], m["precision"], m["recall"])
     assert results["images"] == 128 and results["instances"] == 929  # crowd regions are not instances
     assert 0.5 < mp < 0.7 and 0.4 < mr < 0.6  # YOLOv5's own P 0.586, R 0.508
+    assert result.fitness == 0.1 * map50 + 0.9 * map_
+    np.testing.assert_array_equal(result.pycocotools, results["pycocotools"]["stats"])
     assert losses == [0.0, 0.0, 0.0] and maps.shape == (80,) and len(speed) == 3 and all(t > 0 for t in speed)
     assert set(results["speed_ms"]) == {"preprocess", "inference", "nms"}
     assert results["per_class"]["person"]["instances"] > 200
@@ -134,31 +138,6 @@ def test_yolo_labels_as_ground_truth_cli(tmp_path, shared, log):
     assert len(label_files) >= 20
     row = label_files[0].read_text().split("\n")[0].split()
     assert len(row) == 6 and 0 <= int(row[0]) < 80 and all(0 <= float(v) <= 1 for v in row[1:])
-
-
-def test_training_path_keeps_the_model_as_it_was(tmp_path, shared):
-    from models import load_model
-    from utils.datasets import create_dataloader, load_data_config, load_hyp
-    from utils.loss import ComputeLoss
-
-    data = load_data_config(data_yaml(tmp_path, shared, val=str(image_list(tmp_path, shared, 8)), ann_json=False))
-    model = load_model(shared / "weights/yolov5n.pt", fuse=False).train()
-    model.hyp = load_hyp("hyp.scratch.yaml")
-    loader = create_dataloader(data["val"], 256, 8, 32, rect=True, pad=0.5, workers=0, nc=80)[0]
-    results, maps, speed = yolo_test.run(
-        data,
-        batch_size=8,
-        imgsz=256,
-        model=model,
-        dataloader=loader,
-        save_dir=tmp_path / "train_run",
-        plots=False,
-        compute_loss=ComputeLoss(model, model.hyp),
-    )
-    assert model.training  # back in training mode
-    assert len(results) == 7 and all(np.isfinite(results)) and all(x > 0 for x in results[4:])
-    assert maps.shape == (80,) and results[3] > 0
-    assert not (tmp_path / "train_run/results.json").exists()  # training validations write nothing
 
 
 def _cli(tmp_path: Path, log, *args: str) -> tuple[int, list[str]]:

@@ -1,5 +1,6 @@
-"""COCO image ids in test.py: images are matched to a COCO annotations JSON by file_name, then by numeric stem,
-so a JSON whose ids are not the file stems (1..N, as exported datasets often number them) gives the same mAP."""
+"""COCO image ids in test.py (utils/coco_json.py): images are matched to a COCO annotations JSON by file_name,
+then by numeric stem, so a JSON whose ids are not the file stems (1..N, as exported datasets often number them)
+gives the same mAP."""
 
 import importlib.util
 import json
@@ -9,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from utils import validate
-from utils.metrics import COCO80_NAMES, load_coco_ground_truth
+from utils import coco_json, validate, validate_weights
+from utils.metrics import COCO80_NAMES, MetricsError, load_coco_ground_truth
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package
@@ -143,13 +144,15 @@ def test_an_image_the_json_lacks_is_a_one_line_error(tmp_path, shared, log):
 def test_training_falls_back_to_the_labels_once(tmp_path, shared, log):
     """During training the data YAML's unusable ann_json is one warning, not an error after the first epoch."""
     files = sorted(str(f) for f in (shared / "datasets/coco128/images/train2017").glob("*.jpg"))[:3]
-    data = {"ann_json": str(tmp_path / "missing.json")}
+    missing = str(tmp_path / "missing.json")
+    options = validate.ValidationOptions(ann_json=missing, ann_json_fallback=True)
     for _ in range(2):
-        path, gt, ids = validate._ground_truth_json(None, data, list(COCO80_NAMES), files, use=True, training=True)
-        assert path is None and gt is None and ids == [9, 25, 30]
+        assert validate._ground_truth(options, list(COCO80_NAMES), files) is None
     assert sum("scoring against the YOLO labels" in m for m in log.messages) == 1
-    with pytest.raises(validate.TestError, match="missing.json"):
-        validate._ground_truth_json(None, data, list(COCO80_NAMES), files, use=True, training=False)
+    with pytest.raises(MetricsError, match="missing.json"):  # evaluate() without the fallback
+        validate._ground_truth(validate.ValidationOptions(ann_json=missing), list(COCO80_NAMES), files)
+    with pytest.raises(validate.TestError, match="missing.json.*the data YAML's ann_json"):  # test.py's side
+        validate_weights._ground_truth_json(None, {"ann_json": missing, "names": COCO80_NAMES}, files, use=True)
 
 
 def _ground_truth(tmp_path: Path, images: list[dict]) -> object:
@@ -171,21 +174,21 @@ def test_matching_rules(tmp_path):
     )
     # by basename whatever the folders, then by numeric stem (12.png has no file_name entry), a longer path
     # suffix settles a basename used twice
-    assert validate.json_image_ids(["/data/a.jpg", "/other/b.jpg", "/data/12.png", "/r/y/d.jpg"], gt) == [3, 7, 12, 21]
-    with pytest.raises(validate.TestError, match="no image for /data/c.jpg"):
-        validate.json_image_ids(["/data/a.jpg", "/data/c.jpg"], gt)
-    with pytest.raises(validate.TestError, match="no image for /data/13.jpg"):
-        validate.json_image_ids(["/data/13.jpg"], gt)
-    with pytest.raises(validate.TestError, match="several images are named d.jpg"):
-        validate.json_image_ids(["/r/z/d.jpg"], gt)
-    with pytest.raises(validate.TestError, match="both match image id 3"):
-        validate.json_image_ids(["/data/a.jpg", "/data/3.jpg"], gt)  # 3.jpg falls back to id 3, which a.jpg has
+    assert coco_json.json_image_ids(["/data/a.jpg", "/other/b.jpg", "/data/12.png", "/r/y/d.jpg"], gt) == [3, 7, 12, 21]
+    with pytest.raises(MetricsError, match="no image for /data/c.jpg"):
+        coco_json.json_image_ids(["/data/a.jpg", "/data/c.jpg"], gt)
+    with pytest.raises(MetricsError, match="no image for /data/13.jpg"):
+        coco_json.json_image_ids(["/data/13.jpg"], gt)
+    with pytest.raises(MetricsError, match="several images are named d.jpg"):
+        coco_json.json_image_ids(["/r/z/d.jpg"], gt)
+    with pytest.raises(MetricsError, match="both match image id 3"):
+        coco_json.json_image_ids(["/data/a.jpg", "/data/3.jpg"], gt)  # 3.jpg falls back to id 3, which a.jpg has
 
 
 def test_ids_without_a_json_still_come_from_the_names():
-    assert validate.image_ids_for(["/d/000000000009.jpg", "/d/25.jpg"]) == [9, 25]
-    assert validate.image_ids_for(["/d/cat.jpg", "/d/dog.jpg", "/d/7.jpg"]) == [0, 1, 2]  # not all numeric: positions
-    assert validate.image_ids_for(["/a/1.jpg", "/b/1.jpg"]) == [0, 1]  # repeated stems: positions
+    assert coco_json.image_ids_for(["/d/000000000009.jpg", "/d/25.jpg"]) == [9, 25]
+    assert coco_json.image_ids_for(["/d/cat.jpg", "/d/dog.jpg", "/d/7.jpg"]) == [0, 1, 2]  # not all numeric: positions
+    assert coco_json.image_ids_for(["/a/1.jpg", "/b/1.jpg"]) == [0, 1]  # repeated stems: positions
 
 
 def test_json_sizes_that_differ_from_the_images_warn(tmp_path, shared, log):

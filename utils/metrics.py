@@ -59,7 +59,9 @@ class MetricsError(YoloError):
 
 
 def fitness(metrics) -> float | np.ndarray:
-    """Model selection score 0.1 * mAP50 + 0.9 * mAP50-95, of DetectionMetrics or rows [P, R, mAP50, mAP50-95, ...]."""
+    """Model selection score 0.1 * mAP50 + 0.9 * mAP50-95, of DetectionMetrics or rows [P, R, mAP50, mAP50-95, ...].
+
+    The rows form is TEMPORARY, for utils/trainer.py until it scores a ValidationResult (result.fitness)."""
     if isinstance(metrics, DetectionMetrics):
         return 0.1 * metrics.map50 + 0.9 * metrics.map
     x = np.asarray(metrics, dtype=np.float64)
@@ -540,7 +542,6 @@ def _evaluate(
     gt: _Boxes,
     dt: _Boxes,
     confusion: bool = False,
-    fast: bool = True,
 ) -> DetectionMetrics:
     """Score detections against ground truth.
 
@@ -549,30 +550,12 @@ def _evaluate(
     n_classes = len(names)
     if n_images == 0:
         raise MetricsError("no images to evaluate")
-    # Both sides by class, then image; detections then by decreasing score. Stable sorts keep ties in input
-    # order, as pycocotools does. The score order is shared with the per-class order the P/R curves need.
-    gt = gt.take(np.argsort(gt.cls * n_images + gt.image, kind="stable"))
-    by_score = np.argsort(-dt.score, kind="stable")
-    order = by_score[np.argsort((dt.cls * n_images + dt.image)[by_score], kind="stable")]
-    by_class = by_score[np.argsort(dt.cls[by_score].astype(np.int16 if n_classes < 2**15 else np.int64), kind="stable")]
-    position = np.empty_like(order)
-    position[order] = np.arange(len(order))
-    by_class = position[by_class]  # the same per-class order, as positions in the sorted detections
-    dt = dt.take(order)
-    gt_pair, dt_pair = gt.cls * n_images + gt.image, dt.cls * n_images + dt.image
-
-    # Same-pair IoUs of every detection; the COCO protocol only looks at the top 100 of each pair.
-    d, g = _pairs_with_equal_keys(dt_pair, gt_pair)
+    gt, dt, by_class = _protocol_order(n_images, n_classes, gt, dt)
+    gt_pair = gt.cls * n_images + gt.image
+    # Same-pair IoUs of every detection: the COCO arrays and YOLOv5's true positives both start from them.
+    d, g = _pairs_with_equal_keys(dt.cls * n_images + dt.image, gt_pair)
     iou = _coco_iou(dt.xywh[d], gt.xywh[g], gt.crowd[g])
-    _, starts, counts = _runs(dt_pair)
-    top = np.arange(len(dt)) - np.repeat(starts, counts) < MAX_DETS[-1]
-    if fast and _fast_core_available():
-        kept = np.cumsum(top) - 1  # new index of each kept detection
-        edge = top[d]
-        precision, recall = _accumulate_fast(n_images, n_classes, gt, dt.take(top), kept[d[edge]], g[edge], iou[edge])
-    else:
-        precision, recall = _accumulate_public(n_images, n_classes, gt, dt)
-
+    precision, recall = _coco_arrays(n_images, n_classes, gt, dt, d, g, iou)
     area_all, m100 = 0, MAX_DETS.index(100)
     per_class = precision[:, :, :, area_all, m100]  # T, R, K
     present = (per_class > -1).all(axis=(0, 1))
@@ -584,26 +567,7 @@ def _evaluate(
     instances = np.bincount(gt.cls[~gt.crowd], minlength=n_classes)[:n_classes]
     pr = by_class[counted[by_class]]
     grid, p_curve, r_curve, f1_curve = _pr_curves(tp[pr], dt.score[pr], dt.cls[pr], instances)
-    if present.any():
-        best = int(smooth(np.nanmean(f1_curve, 0), 0.1).argmax())
-    else:
-        best = 0
-
-    matrix = None
-    if confusion:
-        cm = ConfusionMatrix(n_classes)
-        solid, dc = ~gt.crowd, dt.take(counted)  # crowd regions and the detections they explain stay out
-        cm.update(
-            gt.image[solid],
-            _xywh_to_xyxy(gt.xywh[solid]),
-            gt.cls[solid],
-            dc.image,
-            _xywh_to_xyxy(dc.xywh),
-            dc.score,
-            dc.cls,
-        )
-        matrix = cm.matrix
-
+    best = int(smooth(np.nanmean(f1_curve, 0), 0.1).argmax()) if present.any() else 0
     return DetectionMetrics(
         names=list(names),
         category_ids=list(category_ids),
@@ -621,8 +585,55 @@ def _evaluate(
         r_curve=r_curve,
         f1_curve=f1_curve,
         pr_precision=np.where(present[:, None], precision[0, :, :, area_all, m100].T, np.nan),
-        confusion=matrix,
+        confusion=_confusion_matrix(n_classes, gt, dt.take(counted)) if confusion else None,
     )
+
+
+def _protocol_order(n_images: int, n_classes: int, gt: _Boxes, dt: _Boxes) -> tuple[_Boxes, _Boxes, np.ndarray]:
+    """Both sides sorted by class, then image, detections then by decreasing score; and the P/R curves' order.
+
+    Stable sorts keep ties in input order, as pycocotools does. The curves want detections by class, then
+    decreasing score (images mixed): returned as positions in the sorted detections, sharing the score sort.
+    """
+    gt = gt.take(np.argsort(gt.cls * n_images + gt.image, kind="stable"))
+    by_score = np.argsort(-dt.score, kind="stable")
+    order = by_score[np.argsort((dt.cls * n_images + dt.image)[by_score], kind="stable")]
+    by_class = by_score[np.argsort(dt.cls[by_score].astype(np.int16 if n_classes < 2**15 else np.int64), kind="stable")]
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    return gt, dt.take(order), position[by_class]
+
+
+def _coco_arrays(
+    n_images: int, n_classes: int, gt: _Boxes, dt: _Boxes, d: np.ndarray, g: np.ndarray, iou: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """COCOeval's precision [T,R,K,A,M] and recall [T,K,A,M]: the C++ core when available, else the public API.
+
+    The protocol only looks at the top MAX_DETS[-1] detections of each (image, class) pair.
+    """
+    if not _fast_core_available():
+        return _accumulate_public(n_images, n_classes, gt, dt)
+    _, starts, counts = _runs(dt.cls * n_images + dt.image)
+    top = np.arange(len(dt)) - np.repeat(starts, counts) < MAX_DETS[-1]
+    kept = np.cumsum(top) - 1  # new index of each kept detection
+    edge = top[d]
+    return _accumulate_fast(n_images, n_classes, gt, dt.take(top), kept[d[edge]], g[edge], iou[edge])
+
+
+def _confusion_matrix(n_classes: int, gt: _Boxes, counted: _Boxes) -> np.ndarray:
+    """YOLOv5's confusion matrix of the counted detections; crowd regions (and detections on them) stay out."""
+    cm = ConfusionMatrix(n_classes)
+    solid = ~gt.crowd
+    cm.update(
+        gt.image[solid],
+        _xywh_to_xyxy(gt.xywh[solid]),
+        gt.cls[solid],
+        counted.image,
+        _xywh_to_xyxy(counted.xywh),
+        counted.score,
+        counted.cls,
+    )
+    return cm.matrix
 
 
 def _xywh_to_xyxy(b: np.ndarray) -> np.ndarray:

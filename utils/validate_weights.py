@@ -59,12 +59,7 @@ def run(
     split = "val" if task == "speed" else task
     _count_images(data, split)  # a missing or empty split fails before any weights are loaded
     model, device, autocast, channels_last = _load_model(weights, device, half, bf16)
-    nc = 1 if single_cls else int(data["nc"])
-    if not single_cls and len(model.names) != nc:
-        raise TestError(
-            f"the weights predict {len(model.names)} classes but {data.get('yaml_file', 'the data')} "
-            f"has {nc}: pass the data YAML the model was trained on"
-        )
+    nc = 1 if single_cls else _check_classes(model, data)
     stride = max(int(model.stride.max()), 32)
     save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
     imgsz = check_img_size(imgsz, stride)
@@ -88,12 +83,17 @@ def run(
     make_folder(save_dir / "labels" if save_txt else save_dir)
     _warm_up(model, device, imgsz, options)
     result = evaluate(model, loader, list(data["names"]), options=options)
+    _save_results(save_dir, result, save_txt)
+    return result
+
+
+def _save_results(save_dir: Path, result: ValidationResult, save_txt: bool) -> None:
+    """results.json, and where everything went."""
     write_results_json(save_dir / "results.json", result.metrics, result.speed_ms, result.pycocotools)
     n_txt = len(list((save_dir / "labels").glob("*.txt"))) if save_txt else 0
     LOGGER.info(
         f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt else "")
     )
-    return result
 
 
 def _count_images(data: dict, split: str) -> int:
@@ -117,6 +117,17 @@ def _load_model(weights, device: str, half: bool | None, bf16: bool):
     model = load_model(attempt_download_weights(weights), device)
     model, _, autocast, channels_last = prepare_for_inference(model, device, half, bf16)
     return model, device, autocast, channels_last
+
+
+def _check_classes(model, data: dict) -> int:
+    """The data's class count, or TestError when the weights predict another number of classes."""
+    nc = int(data["nc"])
+    if len(model.names) != nc:
+        raise TestError(
+            f"the weights predict {len(model.names)} classes but {data.get('yaml_file', 'the data')} "
+            f"has {nc}: pass the data YAML the model was trained on"
+        )
+    return nc
 
 
 def _warm_up(model, device: torch.device, imgsz: int, options: ValidationOptions) -> None:
