@@ -208,6 +208,19 @@ def test_reference_predictions_on_coco128(shared):
     assert 0.4 < m.mp < 0.8 and 0.4 < m.mr < 0.8  # YOLOv5 reports P 0.586, R 0.508 with its own matching
 
 
+def test_public_path_agrees_on_coco128(shared, monkeypatch):
+    """faster-coco-eval's public COCOeval_faster (the fallback when its C++ entry points change) on real data,
+    crowd regions included: the same arrays as the fast path, which calls those entry points directly."""
+    gt_path = shared / "datasets/coco128/annotations/instances_train2017.json"
+    pred_path = shared / "reference/coco128_yolov5n_640_predictions.json"
+    assert metrics._fast_core_available()  # the installed version has them; otherwise both runs below are public
+    fast = evaluate_coco_json(gt_path, pred_path, confusion=True)
+    monkeypatch.setattr(metrics, "_fast_core_available", lambda: False)
+    public = evaluate_coco_json(gt_path, pred_path, confusion=True)
+    for field in ("stats", "ap", "ap50", "pr_precision", "precision", "recall", "confusion"):
+        np.testing.assert_array_equal(getattr(fast, field), getattr(public, field), err_msg=field)
+
+
 def test_coco_tables_match_the_official_annotations(shared):
     gt = load_coco_ground_truth(shared / "datasets/coco128/annotations/instances_train2017.json")
     assert gt.category_ids == list(COCO80_TO_91)
@@ -315,11 +328,11 @@ def test_bad_json_inputs(tmp_path):
 
 
 def test_fitness():
-    assert fitness([0.5, 0.4, 0.6, 0.3]) == pytest.approx(0.1 * 0.6 + 0.9 * 0.3)
-    np.testing.assert_allclose(fitness(np.array([[0, 0, 1, 0], [0, 0, 0, 1]])), [0.1, 0.9])
     ev = CocoEvaluator(["a"])
     ev.add(1, [[0, 0, 10, 10]], [0], [[0, 0, 10, 10]], [0.9], [0])
     assert fitness(ev.evaluate()) == pytest.approx(1.0)
+    m = fill(random_case(4, n_images=20)).evaluate()
+    assert 0 < m.map < m.map50 < 1 and fitness(m) == pytest.approx(0.1 * m.stats[1] + 0.9 * m.stats[0])
 
 
 def test_charts(tmp_path):

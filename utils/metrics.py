@@ -58,14 +58,9 @@ class MetricsError(YoloError):
     """Inputs the metrics cannot use (unreadable JSON, unknown image ids); the message is one line."""
 
 
-def fitness(metrics) -> float | np.ndarray:
-    """Model selection score 0.1 * mAP50 + 0.9 * mAP50-95, of DetectionMetrics or rows [P, R, mAP50, mAP50-95, ...].
-
-    The rows form is TEMPORARY, for utils/trainer.py until it scores a ValidationResult (result.fitness)."""
-    if isinstance(metrics, DetectionMetrics):
-        return 0.1 * metrics.map50 + 0.9 * metrics.map
-    x = np.asarray(metrics, dtype=np.float64)
-    return x[..., 2] * 0.1 + x[..., 3] * 0.9
+def fitness(metrics: DetectionMetrics) -> float:
+    """Model selection score 0.1 * mAP50 + 0.9 * mAP50-95 (ValidationResult.fitness)."""
+    return 0.1 * metrics.map50 + 0.9 * metrics.map
 
 
 # ----------------------------------------------------------------------------------------------------------------

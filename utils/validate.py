@@ -375,33 +375,3 @@ def make_folder(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise TestError(f"cannot create the results folder {folder}: {e.strerror or e}") from None
-
-
-def run(
-    data: dict,
-    model: torch.nn.Module,
-    dataloader,
-    half: bool | None = None,
-    single_cls: bool = False,
-    save_dir: str | Path | None = None,
-    plots: bool = True,
-    compute_loss=None,
-    verbose: bool = False,
-    **_ignored,
-):
-    """TEMPORARY: train.py's former call, kept until utils/trainer.py calls evaluate(); use evaluate().
-
-    Scores against the data YAML's ann_json (falling back to the labels with one warning) and returns
-    ((P, R, mAP50, mAP50-95, box, obj, cls), per-class mAP50-95, speed) as before.
-    """
-    options = ValidationOptions(
-        single_cls=single_cls,
-        ann_json=data.get("ann_json"),
-        ann_json_fallback=True,
-        save_dir=Path(save_dir) if save_dir else None,
-        plots=plots,
-        verbose=verbose,
-        half=bool(half),
-    )
-    result = evaluate(model, dataloader, list(data["names"]), compute_loss, options)
-    return result.summary, result.metrics.maps, result.speed_ms
