@@ -66,13 +66,38 @@ def _amp_parts(data: dict, img: int, device: torch.device) -> tuple[TrainingPart
     return parts, hyp, scheduler
 
 
+def _checkpoint_round_trip(parts: TrainingParts, images: torch.Tensor, folder: Path) -> tuple[float, Path]:
+    """Part 2: FP16 weights plus optimizer and scaler state, loadable without unpickling code; the FP16 vs FP32
+    confidence difference of the reloaded model, and the file."""
+    model, optimizer, scaler, low = parts.model, parts.optimizer, parts.scaler, parts.amp_dtype
+    device = images.device
+    file = folder / "amp_check.pt"
+    save_checkpoint(checkpoint_dict(model, optimizer=optimizer.state_dict(), scaler=scaler.state_dict()), file)
+    ckpt = torch.load(file, map_location="cpu", weights_only=True)
+    check(
+        all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point()),
+        "checkpoint weights are not all FP16",
+    )
+    restored = torch.amp.GradScaler(device.type)
+    restored.load_state_dict(ckpt["scaler"])
+    check(restored.get_scale() == scaler.get_scale(), "GradScaler scale not restored from the checkpoint")
+    fp32 = load_model(file, device=device)
+    fp16 = load_model(file, device=device).to(low)
+    with torch.no_grad():
+        y32 = fp32(images)[0]
+        y16 = fp16(images.to(low))[0].float()
+    conf_diff = float((y16[..., 4] - y32[..., 4]).abs().max())
+    check(bool(torch.isfinite(y16).all()) and conf_diff < 0.05, f"FP16 outputs differ from FP32 (conf {conf_diff:.3g})")
+    return conf_diff, file
+
+
 def amp_training(
     data_yaml: Path, steps: int, img: int, batch: int, workers: int, folder: Path, device: torch.device
 ) -> dict:
     """Part 1 and 2: train.py's training step under AMP on yolov5s (with its warmup), then a checkpoint round trip."""
     data = load_data_config(data_yaml)
     parts, hyp, scheduler = _amp_parts(data, img, device)
-    model, optimizer, scaler, low = parts.model, parts.optimizer, parts.scaler, parts.amp_dtype
+    optimizer, scaler = parts.optimizer, parts.scaler
     loader = create_dataloader(
         data["train"], img, batch, 32, hyp=hyp, augment=True, workers=workers, shuffle=True, nc=data["nc"]
     )[0]
@@ -103,24 +128,7 @@ def amp_training(
     check(len(set(scales)) > 1, f"GradScaler scale never moved from {scales[0]}")
     check(last < first, f"loss did not fall: {first:.4f} over the first 20 steps, {last:.4f} over the last 20")
 
-    # Checkpoint round trip: FP16 weights plus optimizer and scaler state, loadable without unpickling code
-    file = folder / "amp_check.pt"
-    save_checkpoint(checkpoint_dict(model, optimizer=optimizer.state_dict(), scaler=scaler.state_dict()), file)
-    ckpt = torch.load(file, map_location="cpu", weights_only=True)
-    check(
-        all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point()),
-        "checkpoint weights are not all FP16",
-    )
-    restored = torch.amp.GradScaler(device.type)
-    restored.load_state_dict(ckpt["scaler"])
-    check(restored.get_scale() == scaler.get_scale(), "GradScaler scale not restored from the checkpoint")
-    fp32 = load_model(file, device=device)
-    fp16 = load_model(file, device=device).to(low)
-    with torch.no_grad():
-        y32 = fp32(imgs[:4])[0]
-        y16 = fp16(imgs[:4].to(low))[0].float()
-    conf_diff = float((y16[..., 4] - y32[..., 4]).abs().max())
-    check(bool(torch.isfinite(y16).all()) and conf_diff < 0.05, f"FP16 outputs differ from FP32 (conf {conf_diff:.3g})")
+    conf_diff, file = _checkpoint_round_trip(parts, imgs[:4], folder)
     return {
         "steps": steps,
         "ms/step": round(step_ms, 1),
@@ -135,41 +143,14 @@ def amp_training(
     }
 
 
-def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int, folder: Path, device: str) -> dict:
-    """Part 3: train.py on the GPU, then FP16 detection and FP16/FP32 validation of its best.pt."""
-    import detect
+def _train_py(data_yaml: Path, img: int, batch: int, epochs: int, workers: int, folder: Path, device: str) -> dict:
+    """train.py --amp from scratch: exit 0, FP16 weights-only best.pt, one finite results.csv row per epoch."""
     import train
 
+    args = f"--data {data_yaml} --cfg yolov5s.yaml --img {img} --batch-size {batch} --epochs {epochs} "
+    args += f"--device {device} --workers {workers} --project {folder / 'runs'} --name gpu --exist-ok --amp"
     t0 = time.time()
-    rc = train.main(
-        train.parse_opt(
-            [
-                "--data",
-                str(data_yaml),
-                "--cfg",
-                "yolov5s.yaml",
-                "--weights",
-                "",
-                "--img",
-                str(img),
-                "--batch-size",
-                str(batch),
-                "--epochs",
-                str(epochs),
-                "--device",
-                device,
-                "--workers",
-                str(workers),
-                "--project",
-                str(folder / "runs"),
-                "--name",
-                "gpu",
-                "--exist-ok",
-                "--amp",
-            ]
-        )
-    )
-    train_s = time.time() - t0
+    rc = train.main(train.parse_opt(args.split() + ["--weights", ""]))
     check(rc == 0, f"train.py exited with {rc}")
     run_dir = folder / "runs" / "gpu"
     best = run_dir / "weights" / "best.pt"
@@ -183,26 +164,12 @@ def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int,
     check(len(rows) == epochs + 1, f"results.csv has {len(rows) - 1} epoch rows, expected {epochs}")
     last_row = dict(zip(rows[0].split(","), rows[-1].split(",")))
     check(all(math.isfinite(float(v)) for v in last_row.values()), f"non-finite values in results.csv: {rows[-1]}")
+    return {"train.py wall s": round(time.time() - t0, 1), "final epoch": rows[-1], "best": best}
 
-    data = load_data_config(data_yaml)
-    val_dir = data["val"]
+
+def _low_precision_maps(data: dict, best: Path, img: int, batch: int, device: str, folder: Path) -> dict:
+    """mAP50-95 of best.pt through test.py's side of validation, in low precision (True) and float32 (False)."""
     on_gpu = device != "cpu"
-    found = detect.run(
-        weights=best,
-        source=val_dir,
-        imgsz=img,
-        device=device,
-        half=on_gpu,
-        conf_thres=0.1,
-        nosave=True,
-        project=folder / "detect",
-        name="fp16",
-        exist_ok=True,
-    )
-    n_boxes = sum(len(r.boxes) for r in found.results)
-    check(all(torch.isfinite(torch.as_tensor(r.boxes)).all() for r in found.results), "non-finite FP16 detections")
-
-    # test.py's side of validation (weights loading and the precision policy): low precision vs float32
     low = {"half": True} if on_gpu else {"bf16": cpu_supports_bf16()}
     maps = {}
     for half in (True, False):
@@ -219,10 +186,33 @@ def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int,
             **(low if half else {"half": False if on_gpu else None}),
         )
         maps[half] = result.metrics.map
+    return maps
+
+
+def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int, folder: Path, device: str) -> dict:
+    """Part 3: train.py on the GPU, then FP16 detection and FP16/FP32 validation of its best.pt."""
+    import detect
+
+    summary = _train_py(data_yaml, img, batch, epochs, workers, folder, device)
+    best = summary.pop("best")
+    data = load_data_config(data_yaml)
+    found = detect.run(
+        weights=best,
+        source=data["val"],
+        imgsz=img,
+        device=device,
+        half=device != "cpu",
+        conf_thres=0.1,
+        nosave=True,
+        project=folder / "detect",
+        name="fp16",
+        exist_ok=True,
+    )
+    n_boxes = sum(len(r.boxes) for r in found.results)
+    check(all(torch.isfinite(torch.as_tensor(r.boxes)).all() for r in found.results), "non-finite FP16 detections")
+    maps = _low_precision_maps(data, best, img, batch, device, folder)
     check(abs(maps[True] - maps[False]) < 0.01, f"FP16 mAP50-95 {maps[True]:.4f} vs FP32 {maps[False]:.4f}")
-    return {
-        "train.py wall s": round(train_s, 1),
-        "final epoch": rows[-1],
+    return summary | {
         "best.pt MB": round(best.stat().st_size / 1e6, 2),
         "fp16 detections (conf>0.1)": n_boxes,
         "detect ms/img": [round(x, 2) for x in found.speed_ms],
