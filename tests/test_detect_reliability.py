@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import detect
+from utils.predict import DetectRun, ImageResult
 from utils.sources import SourceError, check_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(shared: Path, source, tmp_path: Path, **kwargs) -> detect.DetectRun:
+def _run(shared: Path, source, tmp_path: Path, **kwargs) -> DetectRun:
     """detect.run with the official yolov5n at 320 (fast), saving into tmp_path/runs."""
     kwargs = {"imgsz": 320, "project": tmp_path / "runs", **kwargs}
     return detect.run(weights=str(shared / "weights" / "yolov5n.pt"), source=str(source), **kwargs)
@@ -25,7 +26,7 @@ def _classes(file: Path) -> list[int]:
     return sorted(np.loadtxt(file, ndmin=2)[:, 0].astype(int).tolist())
 
 
-def _result_classes(result: detect.ImageResult) -> list[int]:
+def _result_classes(result: ImageResult) -> list[int]:
     return sorted(result.boxes[:, 5].astype(int).tolist())
 
 
