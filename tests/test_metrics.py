@@ -213,7 +213,8 @@ def test_public_path_agrees_on_coco128(shared, monkeypatch):
     crowd regions included: the same arrays as the fast path, which calls those entry points directly."""
     gt_path = shared / "datasets/coco128/annotations/instances_train2017.json"
     pred_path = shared / "reference/coco128_yolov5n_640_predictions.json"
-    assert metrics._fast_core_available()  # the installed version has them; otherwise both runs below are public
+    if not metrics._fast_core_available():
+        pytest.skip("this faster-coco-eval has no C++ entry points for the fast path: only the public one runs")
     fast = evaluate_coco_json(gt_path, pred_path, confusion=True)
     monkeypatch.setattr(metrics, "_fast_core_available", lambda: False)
     public = evaluate_coco_json(gt_path, pred_path, confusion=True)
