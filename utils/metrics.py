@@ -281,16 +281,6 @@ class ConfusionMatrix:
         unmatched[d] = False
         np.add.at(self.matrix, (det_cls[unmatched], self.nc), 1)
 
-    def process_batch(self, detections, labels) -> None:
-        """One image, YOLOv5's layout: detections (n, 6) x1 y1 x2 y2 conf cls; labels (m, 5) cls x1 y1 x2 y2."""
-        det, lab = _numpy(detections).reshape(-1, 6), _numpy(labels).reshape(-1, 5)
-        self.update(np.zeros(len(lab)), lab[:, 1:], lab[:, 0], np.zeros(len(det)), det[:, :4], det[:, 4], det[:, 5])
-
-    def tp_fp(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-class true positives and false positives (background column excluded)."""
-        tp = self.matrix.diagonal()[:-1]
-        return tp, self.matrix[:-1].sum(1) - tp
-
 
 def _numpy(x) -> np.ndarray:
     """A numpy array from a numpy array, list or (CPU/GPU) torch tensor."""
