@@ -48,7 +48,9 @@ class TestError(YoloError):
 
 @dataclass
 class ValidationOptions:
-    """How evaluate() scores a model and what it prints and writes (defaults: test.py's)."""
+    """How evaluate() scores a model and what it prints and writes.
+
+    The defaults are test.py's thresholds, the YOLO labels as ground truth, the summary row only and no files."""
 
     conf_thres: float = 0.001  # NMS confidence threshold
     iou_thres: float = 0.6  # NMS IoU threshold
@@ -102,10 +104,13 @@ def evaluate(
     """Score model on every batch of dataloader (YOLOv5's LoadImagesAndLabels batches) and return the result.
 
     names are the data's class names; compute_loss(predictions, targets) -> (loss, (box, obj, cls)) adds the
-    validation losses. See ValidationOptions for thresholds, ground truth, outputs and precision. Raises
-    TestError or MetricsError (one line) when the ground truth JSON does not describe the images.
+    validation losses. See ValidationOptions for thresholds, ground truth, outputs and precision; with
+    single_cls the loader must have been built with single_cls too (its labels all class 0). Raises TestError or
+    MetricsError (one line) when the ground truth JSON does not describe the images.
     """
     opts = options or ValidationOptions()
+    if opts.save_dir is None and (opts.save_txt or opts.save_json or opts.plots):
+        raise ValueError("evaluate(): plots, save_txt and save_json need options.save_dir")
     names = ["item"] if opts.single_cls and len(names) != 1 else list(names)
     files = list(dataloader.dataset.im_files)
     json_gt = _ground_truth(opts, names, files)
