@@ -343,3 +343,15 @@ def test_glob_matching_only_folders_is_one_line(tmp_path):
     (tmp_path / "d2.jpg").mkdir()
     with pytest.raises(SourceError, match=r"matches only folders \(2\), no files"):
         check_source(str(tmp_path / "d*"))
+
+
+def test_bad_source_fails_before_any_weights_download(tmp_path, monkeypatch):
+    """detect.run checks --source before it resolves weights: a typo costs no download."""
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("weights were resolved before the source was checked")
+
+    monkeypatch.setattr("utils.predict.attempt_download_weights", no_download)
+    with pytest.raises(SourceError, match="source not found"):
+        detect.run(weights="yolov5x.pt", source=str(tmp_path / "typo.jpg"), project=tmp_path / "runs", device="cpu")
+    assert not (tmp_path / "runs").exists()

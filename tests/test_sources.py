@@ -12,6 +12,7 @@ from utils.sources import (
     LoadImages,
     LoadStreams,
     SourceError,
+    check_source,
     is_stream,
     load_sources,
     prepare,
@@ -283,3 +284,18 @@ def test_list_saved_with_a_bom(tmp_path):
 def test_device_file_is_not_read():
     with pytest.raises(SourceError, match="/dev/null is not a regular file or folder"):
         load_sources("/dev/null", 64)
+
+
+def test_check_source_lists_files_and_opens_nothing(tmp_path, log):
+    _write(tmp_path / "b.jpg", _photo())
+    _write(tmp_path / "a.png", _photo())
+    video = _write_video(tmp_path / "clip")
+    (tmp_path / "notes.txt").write_text("not a list of this folder")
+    checked = check_source(tmp_path)
+    assert [Path(f).name for f in checked.images] == ["a.png", "b.jpg"] and checked.videos == [str(video)]
+    assert not checked.stream and check_source("0").stream  # a webcam is recognised, not opened
+    assert check_source("rtsp://127.0.0.1:1/live").stream  # nothing listens there: not contacted yet
+    loader = load_sources(checked, 64, stride=32)  # the checked files, not listed again
+    assert isinstance(loader, LoadImages) and loader.files == checked.images + checked.videos
+    assert [item[1].shape for item in loader][:2] == [(3, 32, 64), (3, 32, 64)]  # letterboxed with this stride
+    assert not log.messages
