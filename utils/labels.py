@@ -13,9 +13,9 @@ def write_yolo_labels(file: Path, boxes: torch.Tensor, shape: tuple[int, int], s
     Coordinates are normalised to shape (h, w); numbers are written with 6 significant digits (%g), rows in the
     order given (detect.py passes them lowest confidence first, as YOLOv5 writes them).
     """
-    boxes = boxes.detach().cpu().double()
+    boxes = boxes.detach().cpu()  # in the caller's precision: detect.py's float32 rounds as YOLOv5's files do
     height, width = shape
-    xywh = xyxy2xywh(boxes[:, :4]) / torch.tensor([width, height, width, height], dtype=torch.float64)
+    xywh = xyxy2xywh(boxes[:, :4]) / torch.tensor([width, height, width, height], dtype=boxes.dtype)
     lines = []
     for (cx, cy, w, h), conf, cls in zip(xywh.tolist(), boxes[:, 4].tolist(), boxes[:, 5].tolist()):
         values = (int(cls), cx, cy, w, h, conf) if save_conf else (int(cls), cx, cy, w, h)
