@@ -1,0 +1,87 @@
+"""The codebase's shape: thin command lines, short and simple functions, no import cycles among our modules."""
+
+import ast
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIS = ("train.py", "test.py", "detect.py")
+MAX_FUNCTION_LINES = 80
+MAX_CLI_LINES = 150
+
+
+def _project_files() -> list[Path]:
+    """Every Python file of the project outside tests/."""
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    files = [ROOT / f for f in tracked] if tracked else list(ROOT.rglob("*.py"))
+    return sorted(f for f in files if f.is_file() and "tests" not in f.relative_to(ROOT).parts)
+
+
+def _module_name(file: Path) -> str:
+    parts = list(file.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(file: Path, name: str, modules: set[str]) -> set[str]:
+    """The project modules a file imports, lazily or not. Importing models.yolo from outside the models package
+    also runs models/__init__, so that counts as an import of the package too."""
+    found = set()
+    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in modules else node.module)
+    parents = {m.rsplit(".", 1)[0] for m in found if "." in m and not name.startswith(m.rsplit(".", 1)[0] + ".")}
+    return (found | parents) & modules
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle in graph as a list of modules, or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_import_cycle_among_project_modules():
+    files = {_module_name(f): f for f in _project_files()}
+    graph = {name: _imports(file, name, set(files)) - {name} for name, file in files.items()}
+    assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph))}"
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_command_lines_are_thin(cli):
+    lines = len((ROOT / cli).read_text(encoding="utf-8").splitlines())
+    assert lines < MAX_CLI_LINES, f"{cli} has {lines} lines; its logic belongs in an engine module"
+
+
+def test_no_long_functions():
+    long = []
+    for file in _project_files():
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{file.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
