@@ -768,17 +768,11 @@ class LoadImagesAndLabels(Dataset):
             images.append(im)
             targets.append(labels)
         canvas, labels = mosaic4(images, targets, s, (xc, yc))
-        hyp = self.hyp
-        return random_perspective(
-            canvas,
-            labels,
-            degrees=hyp["degrees"],
-            translate=hyp["translate"],
-            scale=hyp["scale"],
-            shear=hyp["shear"],
-            perspective=hyp["perspective"],
-            border=self.mosaic_border,
-        )
+        return random_perspective(canvas, labels, **self._warp_args(), border=self.mosaic_border)
+
+    def _warp_args(self) -> dict[str, float]:
+        """The random_perspective hyperparameters."""
+        return {k: self.hyp[k] for k in ("degrees", "translate", "scale", "shear", "perspective")}
 
     # -- Dataset protocol ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -803,15 +797,7 @@ class LoadImagesAndLabels(Dataset):
             if len(labels):
                 labels[:, 1:] = xywhn2xyxy(labels[:, 1:], ratio[0] * w, ratio[1] * h, padw=pad[0], padh=pad[1])
             if self.augment:
-                img, labels = random_perspective(
-                    img,
-                    labels,
-                    degrees=hyp["degrees"],
-                    translate=hyp["translate"],
-                    scale=hyp["scale"],
-                    shear=hyp["shear"],
-                    perspective=hyp["perspective"],
-                )
+                img, labels = random_perspective(img, labels, **self._warp_args())
         n = len(labels)
         if n:
             labels[:, 1:5] = xyxy2xywhn(labels[:, 1:5], w=img.shape[1], h=img.shape[0], clip=True)

@@ -20,21 +20,6 @@ class TrainError(YoloError):
     """A training request that cannot be carried out; the message is one line."""
 
 
-def plain_args(opt: argparse.Namespace) -> dict:
-    """vars(opt) with only plain types (str, numbers, lists, dicts), so checkpoints load with weights_only=True."""
-
-    def plain(v):
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        if isinstance(v, dict):
-            return {str(k): plain(x) for k, x in v.items()}
-        return str(v)
-
-    return {k: plain(v) for k, v in vars(opt).items()}
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Model, weights and image size
 
