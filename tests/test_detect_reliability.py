@@ -33,6 +33,22 @@ def _result_classes(result: ImageResult) -> list[int]:
 # --- item 2: inputs with the same stem keep their own outputs ------------------------------------------------
 
 
+def _argv(shared, tmp_path, source=None, project=None) -> list[str]:
+    """detect.py arguments: the official yolov5n on bus.jpg (or source) at --img 64, saving under tmp_path/runs."""
+    source = str(shared / "images" / "bus.jpg") if source is None else source
+    project = str(tmp_path / "runs") if project is None else project
+    return [
+        "--weights",
+        str(shared / "weights" / "yolov5n.pt"),
+        "--source",
+        source,
+        "--project",
+        project,
+        "--img",
+        "64",
+    ]
+
+
 def test_same_stem_inputs_keep_their_outputs(shared, tmp_path, log):
     images = shared / "images"
     for folder in ("a", "b"):
@@ -126,18 +142,7 @@ def test_same_video_twice_keeps_both_videos(shared, tmp_path):
     ],
 )
 def test_out_of_range_flags_are_refused_at_parsing(shared, tmp_path, capsys, flag, value, expected):
-    argv = [
-        "--weights",
-        str(shared / "weights" / "yolov5n.pt"),
-        "--source",
-        str(shared / "images" / "bus.jpg"),
-        "--project",
-        str(tmp_path / "runs"),
-        "--img",
-        "64",
-        flag,
-        value,
-    ]
+    argv = _argv(shared, tmp_path) + [flag, value]
     with pytest.raises(SystemExit) as info:
         detect.main(argv)
     err = capsys.readouterr().err.strip()
@@ -204,20 +209,7 @@ def test_run_takes_one_class_id_as_an_int(shared, tmp_path):
 
 
 def test_class_ids_beyond_the_model_are_refused(shared, tmp_path, log):
-    argv = [
-        "--weights",
-        str(shared / "weights" / "yolov5n.pt"),
-        "--source",
-        str(shared / "images" / "bus.jpg"),
-        "--project",
-        str(tmp_path / "runs"),
-        "--img",
-        "64",
-        "--classes",
-        "0",
-        "999",
-        "80",
-    ]
+    argv = _argv(shared, tmp_path) + ["--classes", "0", "999", "80"]
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert errors == ["ERROR: --classes 80 999: this model's class ids are in [0, 80)"]
@@ -250,16 +242,7 @@ def test_annotated_image_in_a_format_opencv_cannot_write(shared, tmp_path):
 def test_project_that_is_a_file_is_one_line(shared, tmp_path, log):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    argv = [
-        "--weights",
-        str(shared / "weights" / "yolov5n.pt"),
-        "--source",
-        str(shared / "images" / "bus.jpg"),
-        "--project",
-        str(blocker),
-        "--img",
-        "64",
-    ]
+    argv = _argv(shared, tmp_path, project=str(blocker))
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert errors == [f"ERROR: cannot create the output folder {blocker / 'exp'}: Not a directory"]
@@ -291,16 +274,7 @@ def test_long_file_names_get_shorter_output_names(shared, tmp_path, log):
     ],
 )
 def test_bad_source_strings_are_one_line(shared, tmp_path, log, source, expected):
-    argv = [
-        "--weights",
-        str(shared / "weights" / "yolov5n.pt"),
-        "--source",
-        source,
-        "--project",
-        str(tmp_path / "runs"),
-        "--img",
-        "64",
-    ]
+    argv = _argv(shared, tmp_path, source=source)
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert len(errors) == 1 and expected in errors[0] and len(errors[0]) < 300, errors
@@ -308,16 +282,7 @@ def test_bad_source_strings_are_one_line(shared, tmp_path, log, source, expected
 
 
 def test_offline_url_source_is_one_line(shared, tmp_path, log):
-    argv = [
-        "--weights",
-        str(shared / "weights" / "yolov5n.pt"),
-        "--source",
-        "http://127.0.0.1:9/nothing_here.jpg",
-        "--project",
-        str(tmp_path / "runs"),
-        "--img",
-        "64",
-    ]
+    argv = _argv(shared, tmp_path, source="http://127.0.0.1:9/nothing_here.jpg")
     assert detect.main(argv) == 1
     errors = [m for m in log.messages if m.startswith("ERROR")]
     assert len(errors) == 1 and "cannot download http://127.0.0.1:9/nothing_here.jpg" in errors[0], errors

@@ -6,6 +6,7 @@ import cv2
 import numpy as np
 import pytest
 from PIL import Image
+from test_sources import _photo, _write
 
 from utils.datasets import LoadImagesAndLabels
 from utils.images import (
@@ -19,20 +20,6 @@ from utils.images import (
     read_image_checked,
     truncation,
 )
-
-
-def _photo(h: int = 100, w: int = 200, seed: int = 0) -> np.ndarray:
-    """A BGR image with structure (so JPEG encoding is not trivial)."""
-    rng = np.random.default_rng(seed)
-    image = cv2.resize(rng.integers(0, 255, (h // 10 + 1, w // 10 + 1, 3), dtype=np.uint8), (w, h))
-    cv2.rectangle(image, (10, 10), (w // 2, h // 2), (0, 0, 255), -1)
-    return image
-
-
-def _write(path: Path, image: np.ndarray) -> Path:
-    assert cv2.imwrite(str(path), image), path
-    return path
-
 
 # --- read_image ---------------------------------------------------------------------------------------------
 
