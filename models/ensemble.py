@@ -1,0 +1,64 @@
+"""Model ensembles: several weights files run on the same input, their predictions merged before NMS.
+
+load_models() is the one loader for `--weights a.pt [b.pt ...]`: one file gives the plain Model, several an Ensemble.
+"""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from models.checkpoint import CheckpointError, load_model
+from utils.downloads import attempt_download_weights
+
+
+class Ensemble(nn.Module):
+    """Several models with the same classes; forward(x) -> (their predictions concatenated along the boxes, None).
+
+    NMS over the concatenation merges the members' boxes, as YOLOv5's ensembles do.
+    """
+
+    def __init__(self, models: list[nn.Module]):
+        super().__init__()
+        if len(models) < 2:
+            raise ValueError(f"an Ensemble needs at least two models, got {len(models)}")
+        self.models = nn.ModuleList(models)
+        self.names = list(models[0].names)
+
+    @property
+    def stride(self) -> torch.Tensor:
+        """The largest member's strides, so inputs padded to them fit every member."""
+        return max((m.stride for m in self.models), key=lambda s: float(s.max()))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        # Members may differ in precision only through autocast; the concatenation takes the first member's dtype.
+        predictions = [model(x)[0] for model in self.models]
+        return torch.cat([p.to(predictions[0].dtype) for p in predictions], 1), None
+
+
+def load_models(
+    weights: str | Path | list[str | Path] | tuple[str | Path, ...], device: str | torch.device = "cpu", fuse=True
+) -> nn.Module:
+    """One weights file -> its Model; several -> an Ensemble of them (official release names are downloaded).
+
+    Raises CheckpointError (one line) for an unreadable file, an empty list, or members whose classes differ.
+    """
+    paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
+    if not paths:
+        raise CheckpointError("no weights given: pass at least one weights file")
+    models = [load_model(attempt_download_weights(p), device, fuse=fuse) for p in paths]
+    if len(models) == 1:
+        return models[0]
+    _check_same_classes(models, paths)
+    return Ensemble(models)
+
+
+def _check_same_classes(models: list[nn.Module], paths: list) -> None:
+    """CheckpointError naming the first file whose class list differs from the first file's."""
+    first = list(models[0].names)
+    for model, path in zip(models[1:], paths[1:]):
+        if list(model.names) != first:
+            raise CheckpointError(
+                f"cannot ensemble {paths[0]} ({len(first)} classes) with {path} ({len(model.names)} classes): "
+                f"an ensemble's models must predict the same class list"
+            )
