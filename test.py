@@ -4,6 +4,7 @@ Usage (the flags of YOLOv5's test.py / val.py):
     python test.py --data coco128.yaml --weights yolov5s.pt --img 640
     python test.py --data coco.yaml --weights yolov5n.pt --save-json        # also scored by pycocotools
     python test.py --data coco128.yaml --weights yolov5n.pt --task speed    # speed only (conf 0.25, IoU 0.45)
+    python test.py --data coco128.yaml --weights a.pt b.pt --augment       # ensemble, test-time augmentation
     python test.py --ann-json instances_val2017.json --pred-json predictions.json   # score a results file
 
 The numbers are the COCO protocol's (AP at IoU 0.50:0.95, 0.50, ...), computed in memory by utils/validate.py
@@ -21,10 +22,12 @@ __all__ = ["main", "parse_opt", "run", "score_files"]
 
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options (YOLOv5 test.py flags, plus --bf16, --no-plots, --ann-json and --pred-json)."""
+    """Command-line options: YOLOv5 test.py flags (ensembles, --augment), --bf16, --no-plots, --ann-json, --pred-json"""
     parser = Parser(description="Validate a YOLOv5 detector (COCO metrics)")
     parser.add_argument("--data", type=str, default="coco128.yaml", help="data YAML")
-    parser.add_argument("--weights", nargs="+", type=str, default=None, help="model weights (.pt)")
+    parser.add_argument(
+        "--weights", nargs="+", type=str, default=None, help="model weights (.pt); several: an ensemble"
+    )
     parser.add_argument("--batch-size", type=int_in(1), default=32, help="batch size")
     parser.add_argument(
         "--img-size", "--img", "--imgsz", dest="imgsz", type=int_in(32), default=640, help="inference size (pixels)"
@@ -39,6 +42,7 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     half.add_argument("--no-half", dest="half", action="store_false", help="float32 even on fast-FP16 GPUs")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast on CPUs with AVX512-BF16 or AMX")
     parser.add_argument("--workers", type=int_in(0), default=8, help="max dataloader workers")
+    parser.add_argument("--augment", action="store_true", help="test-time augmentation (3 scales and a flip)")
     parser.add_argument("--single-cls", action="store_true", help="treat as a single-class dataset")
     parser.add_argument("--verbose", action="store_true", help="report mAP by class")
     parser.add_argument("--save-txt", action="store_true", help="save results to *.txt")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from models import load_model
+from models.ensemble import load_models
+from models.tta import TTAModel
 from utils.augment import check_img_size
 from utils.coco_json import JsonGroundTruth, load_json_ground_truth
 from utils.datasets import create_dataloader, list_image_files, load_data_config
-from utils.downloads import attempt_download_weights
 from utils.files import increment_path
 from utils.log import LOGGER, one_line
 from utils.metrics import DetectionMetrics, MetricsError, evaluate_coco_json, format_coco_stats
@@ -45,9 +45,11 @@ def run(
     bf16: bool = False,
     plots: bool = True,
     ann_json: str | None = None,
+    augment: bool = False,
 ) -> ValidationResult:
     """Validate weights on a split of data (a data YAML path or load_data_config's dict), as test.py does.
 
+    Several weights files are validated as one ensemble; augment adds test-time augmentation (models/tta.py).
     Writes results.json (and, as asked, plots, labels/, predictions.json) into project/name. Raises
     DatasetError, CheckpointError, DownloadError, DeviceError, MetricsError or TestError, each one line.
     """
@@ -58,7 +60,7 @@ def run(
     data = data if isinstance(data, dict) else load_data_config(data)
     split = "val" if task == "speed" else task
     _count_images(data, split)  # a missing or empty split fails before any weights are loaded
-    model, device, autocast, channels_last = _load_model(weights, device, half, bf16)
+    model, device, autocast, channels_last = _load_model(weights, device, half, bf16, augment)
     nc = 1 if single_cls else _check_classes(model, data)
     stride = max(int(model.stride.max()), 32)
     save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
@@ -103,20 +105,16 @@ def _count_images(data: dict, split: str) -> int:
     return len(list_image_files(data[split], prefix=f"{split}: "))
 
 
-def _load_model(weights, device: str, half: bool | None, bf16: bool):
-    """The one weights file, loaded on the device under the precision policy.
+def _load_model(weights, device: str, half: bool | None, bf16: bool, augment: bool = False):
+    """The weights (several files: an Ensemble), on the device under the precision policy, TTA-wrapped if asked.
 
     Returns (model, device, autocast context, channels_last)."""
-    if weights is None:
+    if not weights:
         raise TestError("give the model to validate with --weights")
-    if isinstance(weights, (list, tuple)):
-        if len(weights) != 1:
-            raise TestError(f"give one --weights file ({len(weights)} given; ensembles are not supported)")
-        weights = weights[0]
     device = select_device(device)
-    model = load_model(attempt_download_weights(weights), device)
+    model = load_models(weights, device)
     model, _, autocast, channels_last = prepare_for_inference(model, device, half, bf16)
-    return model, device, autocast, channels_last
+    return TTAModel(model) if augment else model, device, autocast, channels_last
 
 
 def _check_classes(model, data: dict) -> int:
