@@ -5,16 +5,18 @@ Usage (the flags of YOLOv5's detect.py):
     python detect.py --weights yolov5n.pt --source 0                       # webcam
     python detect.py --weights yolov5n.pt --source rtsp://host/stream --view-img
     python detect.py --weights yolov5n.pt --source img.jpg --save-txt --save-conf --save-crop
+    python detect.py --weights a.pt b.pt --source img.jpg --augment          # ensemble, test-time augmentation
 """
 
 import argparse
 import sys
 from pathlib import Path
 
+from models import load_detector
 from utils.cli import Parser, run_cli
 from utils.log import LOGGER
 from utils.outputs import OutputOptions, Outputs, make_save_dir
-from utils.predict import LIMITS, DetectError, DetectRun, PredictOptions, Predictor, check_options, load_detector
+from utils.predict import LIMITS, DetectError, DetectRun, PredictOptions, Predictor, check_options
 from utils.sources import check_source
 from utils.torch_utils import select_device
 
@@ -29,6 +31,7 @@ SWITCHES = {  # store_true flags: the output switches and NMS modes
     "--hide-labels": "hide labels",
     "--hide-conf": "hide confidences",
     "--bf16": "bfloat16 autocast on CPUs with AVX512-BF16 or AMX",
+    "--augment": "test-time augmentation (original, 0.83x flipped, 0.67x views merged before NMS)",
 }
 
 
@@ -56,6 +59,7 @@ def run(
     half: bool | None = None,
     vid_stride: int = 1,
     bf16: bool = False,
+    augment: bool = False,
 ) -> DetectRun:
     """Detect objects in every image or frame of source; save annotated media and labels as asked.
 
@@ -65,7 +69,7 @@ def run(
     check_options(**limited, line_thickness=line_thickness, vid_stride=vid_stride)
     device = select_device(device)
     checked = check_source(source)  # first, so a typo in --source fails at once rather than after a download
-    model, precision = load_detector(weights, device, half, bf16)
+    model, precision = load_detector(weights, device, half, bf16, augment)
     options = PredictOptions(imgsz, conf_thres, iou_thres, classes, agnostic_nms, max_det, vid_stride)
     predictor = Predictor(model, device, options, precision)
     save_dir = make_save_dir(project, name, exist_ok)
@@ -92,7 +96,8 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (YOLOv5 detect.py flags, plus --bf16)."""
     parser = Parser(prog="detect.py", description="YOLOv5 object detection on images, videos and streams")
     add, limit = parser.add_argument, {key: parse for key, (_, parse) in LIMITS.items()}
-    add("--weights", nargs="+", default=["yolov5s.pt"], help="model path; official names are downloaded to weights/")
+    weights_help = "model path(s), several = an ensemble; official names are downloaded to weights/"
+    add("--weights", nargs="+", default=["yolov5s.pt"], help=weights_help)
     add("--source", default="data/images", help="file, dir, glob, .txt list, video, webcam (0), rtsp/rtmp/http(s)")
     size_help = "inference size: one value, or h w (1-8192, rounded up to the stride)"
     add("--img-size", "--img", "--imgsz", dest="imgsz", nargs="+", type=limit["imgsz"], default=[640], help=size_help)

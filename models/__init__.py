@@ -1,6 +1,8 @@
-"""YOLOv5-architecture models and the safe loader for their weights."""
+"""YOLOv5-architecture models, the safe loader for their weights, and the Python detection API (Detector)."""
 
 from models.checkpoint import load_model
+from models.detector import Detector, DetectorError, load_detector
+from models.results import Results
 from models.yolo import Model
 
-__all__ = ["Model", "load_model"]
+__all__ = ["Detector", "DetectorError", "Model", "Results", "load_detector", "load_model"]

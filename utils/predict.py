@@ -1,7 +1,9 @@
 """The Predictor: source -> letterbox -> model -> NMS -> one result per image or frame, with honest timings.
 
-detect.py is a command line over it; a Python API or another inference backend (a model that maps a (1, 3, H, W)
-tensor to raw predictions) reuses it. Outputs (files, windows) are utils.outputs' concern, not this module's.
+detect.py is a command line over it and models.detector.Detector (the Python API) calls the same predict(), so the
+two cannot drift apart; any model that maps a (1, 3, H, W) tensor to raw predictions can be the backend. Loading
+weights is models.detector.load_detector's concern, so this module imports nothing from models.
+Outputs (files, windows) are utils.outputs' concern, not this module's.
 """
 
 import argparse
@@ -14,16 +16,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models import load_model
-from models.checkpoint import CheckpointError
 from utils.augment import check_img_size
 from utils.boxes import non_max_suppression, scale_boxes
 from utils.cli import float_in, int_in
-from utils.downloads import attempt_download_weights
 from utils.errors import YoloError
 from utils.log import LOGGER
 from utils.sources import Source, load_sources
-from utils.torch_utils import prepare_for_inference, time_sync
+from utils.torch_utils import time_sync
 
 
 class DetectError(YoloError):
@@ -120,20 +119,6 @@ def inference_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -
     """[h, w] image size rounded up to multiples of stride (with a warning when it changes)."""
     size = [int(imgsz)] * 2 if isinstance(imgsz, (int, float)) else [int(v) for v in imgsz]
     return check_img_size(size * 2 if len(size) == 1 else size, stride)
-
-
-def load_detector(weights, device: torch.device, half: bool | None = None, bf16: bool = False):
-    """(model, Precision): one weights file (official names downloaded into weights/) loaded for inference."""
-    if isinstance(weights, (list, tuple)):
-        if len(weights) != 1:
-            raise CheckpointError(f"give one --weights file ({len(weights)} given; ensembles are not supported)")
-        weights = weights[0]
-    path = attempt_download_weights(weights)
-    model, half, autocast, channels_last = prepare_for_inference(load_model(path, device), device, half, bf16)
-    dtype = "float16" if half else "float32" if isinstance(autocast, contextlib.nullcontext) else "bfloat16 autocast"
-    parameters = sum(p.numel() for p in model.parameters())
-    LOGGER.info("Model %s: %d parameters, %d classes, %s %s", path, parameters, len(model.names), device, dtype)
-    return model, Precision(half, autocast, channels_last)
 
 
 def detections_text(boxes: np.ndarray, names: list[str]) -> str:
