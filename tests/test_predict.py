@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+from models.detector import load_detector
 from utils.predict import (
     DetectError,
     PredictOptions,
     Predictor,
     check_options,
     detections_text,
-    load_detector,
     shapes_text,
 )
 
