@@ -94,6 +94,19 @@ def test_run_returns_detections_and_increments_folders(tmp_path):
 
 
 @needs_shared
+def test_augment_and_ensemble_run(tmp_path, log):
+    args = ["--source", str(IMAGES / "bus.jpg"), "--project", str(tmp_path), "--save-txt", "--save-conf", "--nosave"]
+    assert detect.main(["--weights", str(WEIGHTS), *args, "--name", "one"]) == 0
+    assert detect.main(["--weights", str(WEIGHTS), str(WEIGHTS), *args, "--name", "two"]) == 0
+    assert detect.main(["--weights", str(WEIGHTS), *args, "--name", "tta", "--augment"]) == 0
+    assert any("test-time augmentation" in m for m in log.messages)
+    one, two = (_read_labels(tmp_path / n / "labels" / "bus.txt") for n in ("one", "two"))
+    np.testing.assert_allclose(two, one, atol=1e-5)  # the same weights twice: the same boxes
+    tta = _read_labels(tmp_path / "tta" / "labels" / "bus.txt")
+    assert 5 in tta[:, 0] and (tta[:, 0] == 0).sum() >= 3  # still the bus and the persons
+
+
+@needs_shared
 def test_folder_with_corrupt_images_processes_the_rest(tmp_path, log):
     source = tmp_path / "in"
     source.mkdir()
