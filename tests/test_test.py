@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from models import Model
+from models.checkpoint import checkpoint_dict, save_checkpoint
 from utils.metrics import COCO80_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,3 +260,34 @@ def test_single_class_and_speed_task(tmp_path, shared, log):
     )
     assert code == 0 and any(line.startswith("Speed:") and "(6, 3, 192, 192)" in line for line in lines)
     assert cpu_supports_bf16() or any("--bf16 needs a CPU" in line for line in lines)
+
+
+def _map(tmp_path: Path, log, data: Path, name: str, *weights_and_flags: str) -> dict:
+    """test.py on data at 320 (4 images a batch, no workers); results.json's metrics."""
+    args = ["--data", str(data), "--img", "320", "--batch-size", "4", "--workers", "0", "--name", name]
+    code, lines = _cli(tmp_path, log, *args, "--weights", *weights_and_flags)
+    assert code == 0, lines[-5:]
+    return json.loads((tmp_path / f"runs/{name}/results.json").read_text())["metrics"]
+
+
+def test_ensemble_of_the_same_weights_and_augment(tmp_path, shared, log):
+    """--weights a a scores as a alone (NMS merges the duplicates); --augment runs and scores about as well."""
+    data = data_yaml(tmp_path, shared, val=str(image_list(tmp_path, shared, 8)))
+    weights = str(shared / "weights/yolov5n.pt")
+    plain = _map(tmp_path, log, data, "plain", weights)
+    pair = _map(tmp_path, log, data, "pair", weights, weights)
+    augmented = _map(tmp_path, log, data, "tta", weights, "--augment")
+    assert plain["mAP50-95"] > 0.2
+    assert abs(pair["mAP50-95"] - plain["mAP50-95"]) < 0.002 and abs(pair["mAP50"] - plain["mAP50"]) < 0.002
+    assert abs(augmented["mAP50-95"] - plain["mAP50-95"]) < 0.1 and augmented["mAP50-95"] != plain["mAP50-95"]
+    pair_tta = _map(tmp_path, log, data, "pair_tta", weights, weights, "--augment")
+    assert abs(pair_tta["mAP50-95"] - augmented["mAP50-95"]) < 0.002
+
+
+def test_ensemble_of_different_class_lists_is_one_line(tmp_path, shared, log):
+    other = tmp_path / "three.pt"
+    save_checkpoint(checkpoint_dict(Model("yolov5n.yaml", nc=3).eval()), other)
+    data = data_yaml(tmp_path, shared, val=str(image_list(tmp_path, shared, 2)))
+    code, lines = _cli(tmp_path, log, "--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"), str(other))
+    errors = [line for line in lines if line.startswith("ERROR")]
+    assert code == 1 and len(errors) == 1 and "80 classes" in errors[0] and "3 classes" in errors[0], lines[-5:]
