@@ -316,7 +316,7 @@ def test_bad_source_fails_before_any_weights_download(tmp_path, monkeypatch):
     def no_download(*args, **kwargs):
         raise AssertionError("weights were resolved before the source was checked")
 
-    monkeypatch.setattr("utils.predict.attempt_download_weights", no_download)
+    monkeypatch.setattr("models.detector.attempt_download_weights", no_download)
     with pytest.raises(SourceError, match="source not found"):
         detect.run(weights="yolov5x.pt", source=str(tmp_path / "typo.jpg"), project=tmp_path / "runs", device="cpu")
     assert not (tmp_path / "runs").exists()
