@@ -32,7 +32,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.checkpoint import load_checkpoint  # noqa: E402
+from models.checkpoint import checkpoint_dict, load_checkpoint, save_checkpoint  # noqa: E402
+from models.yolo import Model  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 COCO = SHARED / "datasets" / "coco128"
@@ -141,6 +142,10 @@ def _checkpoints(tmp: Path) -> dict[str, Path]:
     first = next(k for k, v in state.items() if v.is_floating_point())
     state[first].fill_(float("nan"))
     torch.save({**ours, "model": state}, out["nan"])
+    out["three_classes"] = tmp / "three_classes.pt"
+    three = Model("yolov5n.yaml", nc=3)
+    three.names = ["a", "b", "c"]
+    save_checkpoint(checkpoint_dict(three), out["three_classes"])
     out["wrong_yaml"] = tmp / "wrong_yaml.pt"
     torch.save({**ours, "yaml": {**ours["yaml"], "width_multiple": 0.5}}, out["wrong_yaml"])
     return out
@@ -265,6 +270,20 @@ def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
             ["detect.py", "--weights", str(ckpt["nan"]), "--source", bus, "--project", str(out)],
             "error",
         ),
+        Case(
+            "detect ensemble of different class lists",
+            [
+                "detect.py",
+                "--weights",
+                str(WEIGHTS),
+                str(ckpt["three_classes"]),
+                "--source",
+                bus,
+                "--project",
+                str(out),
+            ],
+            "error",
+        ),
     ]
 
 
@@ -347,6 +366,7 @@ def test_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
         "wrong_yaml": "weights not fitting their YAML",
     }
     cases += [Case(f"test {what}", [*tiny, "--weights", str(ckpt[key])], "error") for key, what in broken.items()]
+    cases.append(Case("test ensemble of different class lists", [*tiny, *w, str(ckpt["three_classes"])], "error"))
     return cases
 
 
