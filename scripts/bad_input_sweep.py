@@ -198,11 +198,8 @@ def _same_map(a: Path, b: Path) -> Callable[[str], str]:
 # Cases
 
 
-def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
-    """detect.py: flags out of range, sources that collide or are odd, broken weights."""
-    out = tmp / "runs_detect"
-    w = ["--weights", str(WEIGHTS), "--project", str(out)]
-    bus = str(IMAGES / "bus.jpg")
+def _detect_sources(tmp: Path) -> Path:
+    """Same-stem files, a file name with glob characters, a folder of folders, a list, a cut JPEG and video."""
     for sub, src in (("a", "bus.jpg"), ("b", "zidane.jpg")):
         (tmp / "same_stem" / sub).mkdir(parents=True)
         shutil.copy(IMAGES / src, tmp / "same_stem" / sub / "x.jpg")
@@ -214,7 +211,15 @@ def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
     (tmp / "only_dirs" / "sub").mkdir(parents=True)
     (tmp / "list.txt").write_text(f"{tmp / 'same_stem' / 'a' / 'x.jpg'}\n{tmp / 'same_stem' / 'b' / 'x.jpg'}\n")
     (tmp / "corrupt.jpg").write_bytes(IMAGES.joinpath("bus.jpg").read_bytes()[:5000])
-    video = _video(tmp / "cut.avi", cut=True)
+    return _video(tmp / "cut.avi", cut=True)
+
+
+def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
+    """detect.py: flags out of range, sources that collide or are odd, broken weights."""
+    out = tmp / "runs_detect"
+    w = ["--weights", str(WEIGHTS), "--project", str(out)]
+    bus = str(IMAGES / "bus.jpg")
+    video = _detect_sources(tmp)
     return [
         Case("detect --conf-thres 2", ["detect.py", *w, "--source", bus, "--conf-thres", "2"], "error"),
         Case("detect --iou-thres 5", ["detect.py", *w, "--source", bus, "--iou-thres", "5"], "error"),
