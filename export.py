@@ -1,0 +1,69 @@
+"""Export a YOLOv5 model for deployment: TorchScript, ONNX, OpenVINO IR (and TensorRT on CUDA, not yet built).
+
+Usage (the flags of YOLOv5's export.py); files are written beside the weights, with YOLOv5's names:
+    python export.py --weights yolov5n.pt --include torchscript onnx openvino   # yolov5n.torchscript, yolov5n.onnx,
+                                                                                # yolov5n_openvino_model/
+    python export.py --weights best.pt --include onnx --dynamic --img-size 640  # dynamic batch, height and width
+    python export.py --weights best.pt --include onnx --half --device 0         # FP16, CUDA only
+
+Every export returns the decoded predictions (B, N, 5 + nc) and carries the class names and stride as metadata.
+onnx, onnxruntime and openvino are optional: pip install -r requirements-export.txt
+"""
+
+import argparse
+import sys
+
+from models.export import FORMATS, ExportOptions, export
+from utils.cli import Parser, int_in, run_cli
+from utils.log import LOGGER
+from utils.torch_utils import select_device
+
+
+def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options (YOLOv5 export.py flags)."""
+    parser = Parser(prog="export.py", description="Export YOLOv5 weights to TorchScript, ONNX and OpenVINO")
+    add = parser.add_argument
+    add("--weights", default="yolov5s.pt", help="weights to export (ours or official YOLOv5 .pt)")
+    add("--include", nargs="+", choices=FORMATS, default=["torchscript", "onnx"], help="formats to export")
+    size_help = "input size: one value, or h w (multiples of the model's stride)"
+    add("--img-size", "--img", "--imgsz", dest="imgsz", nargs="+", type=int_in(32, 8192), default=[640], help=size_help)
+    add("--batch-size", type=int_in(1, 1024), default=1, help="batch size of the exported input")
+    add("--device", default="cpu", help="cpu, or a CUDA device: 0")
+    add("--half", action="store_true", help="FP16 export (CUDA only)")
+    add("--dynamic", action="store_true", help="ONNX/TorchScript/OpenVINO: dynamic batch, height and width")
+    add("--simplify", action="store_true", help="simplify the ONNX graph with onnxslim when it is installed")
+    add("--opset", type=int_in(11, 23), default=None, help="ONNX opset version (default 17)")
+    opt = parser.parse_args(argv)
+    if len(opt.imgsz) > 2:
+        parser.error(f"--img-size takes one or two values, got {len(opt.imgsz)}")
+    opt.imgsz = opt.imgsz * 2 if len(opt.imgsz) == 1 else opt.imgsz
+    return opt
+
+
+def run(
+    weights: str = "yolov5s.pt",
+    include: list[str] | tuple[str, ...] = ("torchscript", "onnx"),
+    imgsz: list[int] | tuple[int, int] = (640, 640),
+    batch_size: int = 1,
+    device: str = "cpu",
+    half: bool = False,
+    dynamic: bool = False,
+    simplify: bool = False,
+    opset: int | None = None,
+) -> list:
+    """Export weights to each format in include; returns one models.export.Exported per written file."""
+    options = ExportOptions(tuple(imgsz), batch_size, dynamic, half, simplify, opset)
+    results = export(weights, list(include), options, select_device(device))
+    for result in results:
+        LOGGER.info(result.line())
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Export from the command line; 0 on success, 1 with one ERROR line on a bad input."""
+    opt = parse_opt(argv)
+    return run_cli(lambda: run(**vars(opt)) and None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
