@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from models.backends import Backend, check_exported, describe_backend, is_backend_path, load_backend
 from models.ensemble import load_models
 from models.results import Results
 from models.tta import TTAModel
@@ -41,6 +42,8 @@ def load_detector(
         model, label = weights.to(device).eval(), type(weights).__name__
     else:
         paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
+        if any(is_backend_path(p) for p in paths):
+            return _load_exported(paths, device, half, bf16, augment), Precision()
         paths = [attempt_download_weights(p) for p in paths]  # official names land in weights/
         model, label = load_models(paths, device, fuse=True), " + ".join(map(str, paths))
     if augment:
@@ -51,6 +54,14 @@ def load_detector(
     tta = ", test-time augmentation" if augment else ""
     LOGGER.info("Model %s: %d parameters, %d classes, %s %s%s", label, parameters, len(model.names), device, dtype, tta)
     return model, Precision(half, autocast, channels_last)
+
+
+def _load_exported(paths: list, device: torch.device, half: bool | None, bf16: bool, augment: bool) -> Backend:
+    """One exported model (.torchscript, .onnx, *_openvino_model) as a Backend, run as exported."""
+    check_exported(paths, half, bf16, augment)
+    backend = load_backend(paths[0], device)
+    LOGGER.info("Model %s: %s, %s", paths[0], describe_backend(backend), device)
+    return backend
 
 
 def _read_path(source: str | Path) -> np.ndarray:
@@ -147,7 +158,7 @@ class Detector:
         list of them; a (B, 3, H, W) tensor counts as B images). Raises DetectorError on an input it cannot use."""
         results = []
         for name, image in to_images(inputs, rgb):
-            letterboxed = prepare(image, self.predictor.img_size, self.predictor.stride, auto=True)
+            letterboxed = prepare(image, self.predictor.img_size, self.predictor.stride, auto=self.predictor.auto)
             boxes, _, _ = self.predictor.predict(letterboxed, image)
             results.append(Results(torch.from_numpy(boxes), self.names, image.shape[:2], image, name))
         return results

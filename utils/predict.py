@@ -147,7 +147,12 @@ class Predictor:
         self.names = list(model.names)
         self.stride = int(model.stride.max())
         self.classes = self._checked_classes(options.classes)
-        self.img_size = inference_size(options.img_size, self.stride)
+        self.img_size, self.auto = inference_size(options.img_size, self.stride), True
+        fixed = getattr(model, "fixed_shape", None)  # a static-shape export accepts one input size only
+        if fixed:
+            if list(fixed) != self.img_size:
+                LOGGER.info(f"static-shape export: input letterboxed to {fixed[0]}x{fixed[1]} (not --img-size)")
+            self.img_size, self.auto = list(fixed), False
         self.totals = [0.0, 0.0, 0.0]  # seconds: pre-process, inference, NMS, over `count` images
         self.count = 0
         self.shapes: list[tuple[int, ...]] = []  # distinct input tensor shapes, for the speed line
@@ -219,7 +224,7 @@ class Predictor:
 
     def stream(self, source: str | Path | Source, verbose: bool = True) -> Iterator[Prediction]:
         """One Prediction per readable image or frame of source (logged as it goes when verbose)."""
-        loader = load_sources(source, self.img_size, self.stride, auto=True, vid_stride=self.options.vid_stride)
+        loader = load_sources(source, self.img_size, self.stride, auto=self.auto, vid_stride=self.options.vid_stride)
         self.skipped = loader.skipped if hasattr(loader, "skipped") else []  # filled as the loader goes
         last_input, frame, first = None, 0, True
         for path, im, original, capture, log in loader:

@@ -4,10 +4,12 @@ run() is the standalone entry (test.py's flags as keyword arguments); score_file
 results file. Both write results.json into an incremented runs/test/exp folder.
 """
 
+import contextlib
 from pathlib import Path
 
 import torch
 
+from models.backends import check_exported, describe_backend, is_backend_path, load_backend
 from models.ensemble import load_models
 from models.tta import TTAModel
 from utils.augment import check_img_size
@@ -64,8 +66,8 @@ def run(
     nc = 1 if single_cls else _check_classes(model, data)
     stride = max(int(model.stride.max()), 32)
     save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
-    imgsz = check_img_size(imgsz, stride)
-    loader = _validation_loader(data, split, task, imgsz, batch_size, stride, single_cls, workers, nc)
+    imgsz, batch_size, square = _input_plan(model, check_img_size(imgsz, stride), batch_size, task)
+    loader = _validation_loader(data, split, square, imgsz, batch_size, stride, single_cls, workers, nc)
     options = ValidationOptions(
         conf_thres=conf_thres,
         iou_thres=iou_thres,
@@ -112,6 +114,12 @@ def _load_model(weights, device: str, half: bool | None, bf16: bool, augment: bo
     if not weights:
         raise TestError("give the model to validate with --weights")
     device = select_device(device)
+    paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
+    if any(is_backend_path(p) for p in paths):
+        check_exported(paths, half, bf16, augment)
+        model = load_backend(paths[0], device)  # run as exported: no fusing, half or channels-last
+        LOGGER.info(f"Model {paths[0]}: {describe_backend(model)}, {device}")
+        return model, device, contextlib.nullcontext(), False
     model = load_models(weights, device)
     model, _, autocast, channels_last = prepare_for_inference(model, device, half, bf16)
     return TTAModel(model) if augment else model, device, autocast, channels_last
@@ -128,21 +136,46 @@ def _check_classes(model, data: dict) -> int:
     return nc
 
 
+def _input_plan(model, imgsz: int, batch_size: int, task: str) -> tuple[int, int, bool]:
+    """(image size, batch size, square batches?): a static-shape export takes square batches at its fixed size and
+    at most its fixed batch; other models keep YOLOv5's rectangular batches (square for --task speed)."""
+    fixed = getattr(model, "fixed_shape", None)
+    if not fixed:
+        return imgsz, batch_size, task == "speed"
+    if fixed[0] != fixed[1]:
+        raise TestError(f"test.py needs a square static export or a --dynamic one, got {fixed[0]}x{fixed[1]}")
+    if imgsz != fixed[0] or batch_size > model.batch:
+        LOGGER.info(f"static-shape export: square {fixed[0]}x{fixed[1]} batches of at most {model.batch} images")
+    return fixed[0], min(batch_size, model.batch), True
+
+
 def _warm_up(model, device: torch.device, imgsz: int, options: ValidationOptions) -> None:
     """One untimed image pays the one-off costs (allocations, kernel selection, grids) before the timed run."""
     dtype = next(model.parameters()).dtype
-    warm = torch.zeros((1, 3, imgsz, imgsz), device=device, dtype=torch.float16 if dtype == torch.float16 else None)
+    warm = torch.zeros(
+        (getattr(model, "batch", None) or 1, 3, imgsz, imgsz),
+        device=device,
+        dtype=torch.float16 if dtype == torch.float16 else None,
+    )
     with torch.no_grad(), options.autocast:
         model.eval()(warm.contiguous(memory_format=torch.channels_last) if options.channels_last else warm)
 
 
 def _validation_loader(
-    data: dict, split: str, task: str, imgsz: int, batch_size: int, stride: int, single_cls: bool, workers: int, nc: int
+    data: dict,
+    split: str,
+    square: bool,
+    imgsz: int,
+    batch_size: int,
+    stride: int,
+    single_cls: bool,
+    workers: int,
+    nc: int,
 ):
-    """YOLOv5's validation loader: rectangular batches padded by half a stride (square for --task speed).
+    """YOLOv5's validation loader: rectangular batches padded by half a stride, or square ones unpadded.
 
     create_dataloader clips the batch to the images that remain once corrupt ones are dropped."""
-    pad, rect = (0.0, False) if task == "speed" else (0.5, True)
+    pad, rect = (0.0, False) if square else (0.5, True)
     return create_dataloader(
         data[split],
         imgsz,

@@ -1,0 +1,248 @@
+"""Exported models as inference backends: TorchScript, ONNX Runtime and OpenVINO behind one interface.
+
+load_backend(path, device) returns a Backend: called on a (B, 3, H, W) float tensor in [0, 1] it returns
+(predictions (B, N, 5 + nc) on the input's device, None), as a PyTorch Model in eval mode does, and it carries
+names, stride, fixed_shape ((h, w) of a static export, None for a dynamic one), batch (a fixed batch or None) and
+kind. The export's own metadata (names, stride, imgsz, batch, dynamic) is all it needs. Backends run in the
+precision they were exported in; ONNX Runtime and OpenVINO use torch's thread count so speeds compare fairly.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from torch import nn
+
+from utils.errors import YoloError
+from utils.log import LOGGER
+
+INSTALL = "pip install -r requirements-export.txt"
+SUFFIXES = (".torchscript", ".onnx", ".engine")
+OPENVINO_FOLDER = "_openvino_model"
+
+
+class BackendError(YoloError):
+    """An exported model that cannot run (missing file or package, not a YOLO export, wrong input); one line."""
+
+
+def is_backend_path(path) -> bool:
+    """True for weights that an exported backend runs (.torchscript, .onnx, .engine, *_openvino_model folders)."""
+    name = str(path).rstrip("/\\")
+    return name.endswith(SUFFIXES) or name.endswith(OPENVINO_FOLDER)
+
+
+def _import(module: str):
+    """The optional package `module`, or BackendError naming how to install the export extra."""
+    try:
+        return __import__(module)
+    except ImportError:
+        raise BackendError(f"running this export needs the {module} package: {INSTALL}") from None
+
+
+def _decoded(value):
+    """A metadata value: JSON strings (ONNX metadata_props, TorchScript config) decoded, other values as given."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def parse_metadata(raw: dict, path) -> dict:
+    """names (list), stride (list of floats), imgsz ((h, w)), batch (int), dynamic (bool) of an export's metadata."""
+    meta = {key: _decoded(value) for key, value in (raw or {}).items()}
+    names, stride = meta.get("names"), meta.get("stride")
+    if not names or stride is None:
+        raise BackendError(f"{path} is not a YOLO export (no names/stride metadata): export it with export.py")
+    if isinstance(names, dict):  # Ultralytics-style {0: 'person', ...}
+        names = [names[k] for k in sorted(names, key=int)]
+    imgsz = meta.get("imgsz", [640, 640])
+    imgsz = [int(imgsz)] * 2 if isinstance(imgsz, (int, float)) else [int(v) for v in imgsz]
+    return {
+        "names": [str(n) for n in names],
+        "stride": [float(s) for s in (meta.get("strides") or (stride if isinstance(stride, list) else [stride]))],
+        "imgsz": tuple(imgsz * 2 if len(imgsz) == 1 else imgsz[:2]),
+        "batch": int(meta.get("batch", 1) or 1),
+        "dynamic": bool(meta.get("dynamic", False)),
+    }
+
+
+class Backend(nn.Module):
+    """An exported model; forward(x) -> (predictions on x's device, None). Subclasses implement run(x)."""
+
+    kind = "backend"
+
+    def __init__(self, path: Path, meta: dict, device: torch.device):
+        super().__init__()
+        self.path, self.device = path, device
+        self.names = meta["names"]
+        self.stride = torch.tensor(meta["stride"])
+        self.fixed_shape = None if meta["dynamic"] else tuple(meta["imgsz"])
+        self.batch = None if meta["dynamic"] else meta["batch"]
+        # An empty parameter tells code that asks next(model.parameters()) the device and the float32 input dtype.
+        self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw predictions of one batch the export accepts."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        if self.fixed_shape and tuple(x.shape[2:]) != self.fixed_shape:
+            h, w = self.fixed_shape
+            raise BackendError(
+                f"{self.path} is a static {h}x{w} export but got a {x.shape[2]}x{x.shape[3]} input: "
+                f"letterbox to {h}x{w} or export with --dynamic"
+            )
+        if not self.batch:
+            return self.run(x).to(x.device).float(), None
+        outputs = []
+        for chunk in x.split(self.batch):  # a fixed batch: split larger inputs, zero-pad the last chunk
+            n = chunk.shape[0]
+            if n < self.batch:
+                chunk = torch.cat([chunk, chunk.new_zeros((self.batch - n, *chunk.shape[1:]))])
+            outputs.append(self.run(chunk)[:n].to(x.device).float())
+        return torch.cat(outputs), None
+
+
+class TorchScriptBackend(Backend):
+    """A torch.jit export with its metadata in the extra file config.txt."""
+
+    kind = "TorchScript"
+
+    def __init__(self, path: Path, device: torch.device):
+        extra = {"config.txt": ""}
+        try:
+            module = torch.jit.load(str(path), map_location=device, _extra_files=extra)
+        except (RuntimeError, ValueError) as e:
+            raise BackendError(f"{path} is not a TorchScript file: {str(e).splitlines()[0][:200]}") from None
+        raw = extra["config.txt"]
+        try:
+            raw = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            raw = {}
+        super().__init__(path, parse_metadata(raw, path), device)
+        self.module = module.eval()
+        floats = [p.dtype for p in module.parameters() if p.is_floating_point()]
+        self.dtype = floats[0] if floats else torch.float32
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.module(x.to(self.device, self.dtype))
+        return out[0] if isinstance(out, (list, tuple)) else out
+
+
+def _check_outputs(path, shape: list, nc: int) -> None:
+    """BackendError unless the graph's one output is (B, N, 5 + nc) (symbolic dimensions pass)."""
+    last = shape[-1] if shape else None
+    if len(shape) != 3 or (isinstance(last, int) and last != 5 + nc):
+        raise BackendError(
+            f"{path} is not a YOLO export: its output has shape {list(shape)}, expected (batch, boxes, {5 + nc})"
+        )
+
+
+class OnnxBackend(Backend):
+    """An ONNX file run by ONNX Runtime (CUDA when the device is CUDA and the provider exists, else CPU)."""
+
+    kind = "ONNX Runtime"
+
+    def __init__(self, path: Path, device: torch.device):
+        ort = _import("onnxruntime")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        providers = ["CPUExecutionProvider"]
+        if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        try:
+            session = ort.InferenceSession(str(path), options, providers=providers)
+        except Exception as e:  # onnxruntime raises its own exception types for unreadable graphs
+            raise BackendError(f"{path} is not a readable ONNX model: {str(e).splitlines()[0][:200]}") from None
+        meta = parse_metadata(session.get_modelmeta().custom_metadata_map, path)
+        super().__init__(path, meta, device)
+        _check_outputs(path, session.get_outputs()[0].shape, len(self.names))
+        self.session, self.input_name = session, session.get_inputs()[0].name
+        self.numpy_dtype = np.float16 if "float16" in session.get_inputs()[0].type else np.float32
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        array = x.detach().cpu().numpy().astype(self.numpy_dtype, copy=False)
+        return torch.from_numpy(self.session.run(None, {self.input_name: array})[0])
+
+
+class OpenVinoBackend(Backend):
+    """An OpenVINO IR folder (model .xml + .bin, metadata.yaml) compiled for the CPU."""
+
+    kind = "OpenVINO"
+
+    def __init__(self, path: Path, device: torch.device):
+        ov = _import("openvino")
+        xmls = sorted(path.glob("*.xml"))
+        if not xmls:
+            raise BackendError(f"{path} holds no OpenVINO .xml model: export it with export.py --include openvino")
+        meta_file = path / "metadata.yaml"
+        raw = yaml.safe_load(meta_file.read_text()) if meta_file.is_file() else {}
+        super().__init__(path, parse_metadata(raw if isinstance(raw, dict) else {}, path), device)
+        core = ov.Core()
+        model = core.read_model(str(xmls[0]))
+        _check_outputs(
+            path, [d.get_length() if d.is_static else None for d in model.output(0).partial_shape], len(self.names)
+        )
+        # f32 as exported: on CPUs with AMX or AVX512-BF16, OpenVINO would otherwise infer in bfloat16 by default
+        config = {"INFERENCE_NUM_THREADS": torch.get_num_threads(), "INFERENCE_PRECISION_HINT": "f32"}
+        self.compiled = core.compile_model(model, "CPU", config)
+        self.output = self.compiled.output(0)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        array = x.detach().cpu().numpy().astype(np.float32, copy=False)
+        return torch.from_numpy(np.asarray(self.compiled([array])[self.output]))
+
+
+def _engine(path: Path, device: torch.device) -> Backend:
+    """TensorRT engines are not run by this build; one line on what they would need."""
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        raise BackendError(f"{path}: TensorRT engines need CUDA and tensorrt ({INSTALL} on a CUDA machine)") from None
+    if device.type != "cuda":
+        raise BackendError(f"{path}: TensorRT engines need CUDA and tensorrt; pass --device 0")
+    raise BackendError(f"{path}: running TensorRT engines is not supported yet; use the .onnx export")
+
+
+def check_exported(paths: list, half: bool | None, bf16: bool, augment: bool) -> None:
+    """BackendError for what exported weights cannot do (ensembles, TTA); a warning for ignored precision flags."""
+    if len(paths) > 1:
+        listed = " ".join(map(str, paths))
+        raise BackendError(f"--weights {listed}: ensembles take .pt weights only, not exported models")
+    if augment:
+        raise BackendError(f"--augment (test-time augmentation) takes .pt weights only, not {paths[0]}")
+    if half or bf16:
+        flag = "--half" if half else "--bf16"
+        LOGGER.warning(f"WARNING: {flag} is ignored for {paths[0]}: exported models run in their export precision")
+
+
+def describe_backend(backend: Backend) -> str:
+    """'ONNX Runtime backend, 80 classes, static 1x3x640x640 input (square letterbox)' for the log."""
+    if backend.fixed_shape:
+        h, w = backend.fixed_shape
+        shape = f"static {backend.batch}x3x{h}x{w} input (square letterbox at {h}x{w})"
+    else:
+        shape = "dynamic input (rectangular letterbox)"
+    return f"{backend.kind} backend, {len(backend.names)} classes, {shape}"
+
+
+def load_backend(path: str | Path, device: str | torch.device = "cpu") -> Backend:
+    """The Backend for an exported model, chosen by its suffix; BackendError (one line) when it cannot run."""
+    path, device = Path(str(path).rstrip("/\\")), torch.device(device)
+    if not path.exists():
+        raise BackendError(f"weights file not found: {path}")
+    if path.name.endswith(OPENVINO_FOLDER):
+        if not path.is_dir():
+            raise BackendError(f"{path} is not an OpenVINO model folder (.xml, .bin and metadata.yaml)")
+        return OpenVinoBackend(path, device)
+    if path.suffix == ".torchscript":
+        return TorchScriptBackend(path, device)
+    if path.suffix == ".onnx":
+        return OnnxBackend(path, device)
+    if path.suffix == ".engine":
+        return _engine(path, device)
+    raise BackendError(f"{path}: unknown export format (use .pt, .torchscript, .onnx or a *_openvino_model folder)")
