@@ -4,6 +4,7 @@ Usage:
     python benchmarks/run.py                      # everything that applies to this machine
     python benchmarks/run.py --only detect metric # some sections: detect test train metric cuda
     python benchmarks/run.py --device 0           # CUDA figures too (AMP vs float32, FP16 vs float32)
+    python benchmarks/run.py --only backends      # PyTorch vs TorchScript, ONNX Runtime, OpenVINO exports
 
 Every figure is taken after a warm-up, as the min and median of several runs. COCO128 and the official
 yolov5n.pt come from ../shared (or --coco128 / --weights); yolov5s is timed with random weights (same speed).
@@ -77,6 +78,48 @@ def bench_detect(weights: dict[str, Path], image: Path, device: str, runs: int, 
                 }
             )
     return rows
+
+
+BACKEND_FORMATS = {"TorchScript": ".torchscript", "ONNX Runtime": ".onnx", "OpenVINO": "_openvino_model"}
+
+
+def _exports(weights: Path, folder: Path) -> dict[str, Path]:
+    """PyTorch weights and their dynamic exports (so every backend gets the same rectangular input), by backend."""
+    from models.export import ExportOptions, export
+
+    folder.mkdir(parents=True, exist_ok=True)
+    local = folder / weights.name
+    local.write_bytes(weights.read_bytes())  # exports are written beside the weights: never into ../shared
+    export(local, ["torchscript", "onnx", "openvino"], ExportOptions(dynamic=True), torch.device("cpu"))
+    return {"PyTorch float32": local} | {k: folder / f"{local.stem}{v}" for k, v in BACKEND_FORMATS.items()}
+
+
+def bench_backends(weights: dict[str, Path], image: Path, runs: int, tmp: Path) -> list[dict]:
+    """detect.py's inference per backend (--weights the exported file), same image, same threads, at 640."""
+    import detect
+
+    listing = tmp / "images.txt"
+    listing.write_text("\n".join([str(image)] * runs) + "\n")
+    rows = []
+    for name, path in weights.items():
+        for backend, file in _exports(path, tmp / "exports" / path.stem).items():
+            result = detect.run(weights=file, source=listing, imgsz=640, device="cpu", nosave=True, project=tmp / "b")
+            inference = [r.inference_ms for r in result.results]
+            rows.append({"model": name, "backend": backend, "inference_ms": _stats(inference)})
+    return rows
+
+
+def _backend_rows(rows: list[dict]) -> list[str]:
+    """Markdown rows for the backends section, each with its ratio to PyTorch float32 (min against min)."""
+    out, base = [], {r["model"]: r["inference_ms"]["min"] for r in rows if r["backend"] == "PyTorch float32"}
+    for r in rows:
+        inf = r["inference_ms"]
+        ratio = inf["min"] / base[r["model"]] if base.get(r["model"]) else float("nan")
+        out.append(
+            f"| backend {r['model']} {r['backend']}, --img 640, batch 1 | {inf['min']}/{inf['median']} ms "
+            f"inference (min/median of {inf['runs']}), {ratio:.2f}x PyTorch float32 |"
+        )
+    return out
 
 
 def _coco128_yaml(root: Path, tmp: Path) -> Path:
@@ -287,6 +330,7 @@ def markdown(results: dict) -> str:
             f"{r['preprocess_ms']} ms pre-process, {inf['min']}/{inf['median']} ms inference (min/median "
             f"of {inf['runs']}), {r['nms_ms']} ms NMS |"
         )
+    rows += _backend_rows(results.get("backends", []))
     if "test" in results:
         t = results["test"]
         rows.append(
@@ -331,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        default=["detect", "test", "train", "metric", "cuda"],
-        choices=["detect", "test", "train", "metric", "cuda"],
+        default=["detect", "backends", "test", "train", "metric", "cuda"],
+        choices=["detect", "backends", "test", "train", "metric", "cuda"],
     )
     parser.add_argument("--device", default="cpu", help="cpu, or a CUDA index for the GPU figures")
     parser.add_argument("--weights", type=Path, default=SHARED / "weights" / "yolov5n.pt")
@@ -357,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         if "detect" in opt.only:
             weights = {"yolov5n": opt.weights, "yolov5s (random weights)": _random_weights("yolov5s.yaml", tmp)}
             results["detect"] = bench_detect(weights, opt.image, opt.device, opt.runs, tmp)
+        if "backends" in opt.only:
+            weights = {"yolov5n": opt.weights, "yolov5s (random weights)": _random_weights("yolov5s.yaml", tmp)}
+            results["backends"] = bench_backends(weights, opt.image, opt.runs, tmp)
         if "test" in opt.only:
             results["test"] = bench_test(data, opt.weights, opt.device, tmp, repeats=2)
         if "train" in opt.only:
