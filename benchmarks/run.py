@@ -102,8 +102,14 @@ def bench_backends(weights: dict[str, Path], image: Path, runs: int, tmp: Path) 
     listing.write_text("\n".join([str(image)] * runs) + "\n")
     rows = []
     for name, path in weights.items():
-        for backend, file in _exports(path, tmp / "exports" / path.stem).items():
-            result = detect.run(weights=file, source=listing, imgsz=640, device="cpu", nosave=True, project=tmp / "b")
+        files = _exports(path, tmp / "exports" / path.stem)
+        runs = [(backend, file, False) for backend, file in files.items()]
+        if cpu_supports_bf16():  # bfloat16 where the CPU runs it natively: PyTorch autocast and OpenVINO's hint
+            runs += [("PyTorch bf16", files["PyTorch float32"], True), ("OpenVINO bf16", files["OpenVINO"], True)]
+        for backend, file, bf16 in runs:
+            result = detect.run(
+                weights=file, source=listing, imgsz=640, device="cpu", nosave=True, project=tmp / "b", bf16=bf16
+            )
             inference = [r.inference_ms for r in result.results]
             rows.append({"model": name, "backend": backend, "inference_ms": _stats(inference)})
     return rows

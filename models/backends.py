@@ -17,7 +17,7 @@ from torch import nn
 
 from utils.errors import YoloError
 from utils.log import LOGGER
-from utils.torch_utils import CHANNELS_LAST_CPU
+from utils.torch_utils import CHANNELS_LAST_CPU, cpu_supports_bf16
 
 INSTALL = "pip install -r requirements-export.txt"
 SUFFIXES = (".torchscript", ".onnx", ".engine")
@@ -184,7 +184,7 @@ class OpenVinoBackend(Backend):
 
     kind = "OpenVINO"
 
-    def __init__(self, path: Path, device: torch.device):
+    def __init__(self, path: Path, device: torch.device, bf16: bool = False):
         ov = _import("openvino")
         xmls = sorted(path.glob("*.xml"))
         if not xmls:
@@ -197,8 +197,12 @@ class OpenVinoBackend(Backend):
         _check_outputs(
             path, [d.get_length() if d.is_static else None for d in model.output(0).partial_shape], len(self.names)
         )
-        # f32 as exported: on CPUs with AMX or AVX512-BF16, OpenVINO would otherwise infer in bfloat16 by default
-        config = {"INFERENCE_NUM_THREADS": torch.get_num_threads(), "INFERENCE_PRECISION_HINT": "f32"}
+        # f32 as exported unless --bf16 asks for bfloat16 (OpenVINO's own default on CPUs with AMX or AVX512-BF16)
+        precision = "bf16" if bf16 and cpu_supports_bf16() else "f32"
+        if bf16 and precision == "f32":
+            LOGGER.warning("WARNING: --bf16 needs a CPU with AVX512-BF16 or AMX; this one has neither, running float32")
+        self.kind = f"OpenVINO ({precision})"
+        config = {"INFERENCE_NUM_THREADS": torch.get_num_threads(), "INFERENCE_PRECISION_HINT": precision}
         self.compiled = core.compile_model(model, "CPU", config)
         self.output = self.compiled.output(0)
 
@@ -225,9 +229,14 @@ def check_exported(paths: list, half: bool | None, bf16: bool, augment: bool) ->
         raise BackendError(f"--weights {listed}: ensembles take .pt weights only, not exported models")
     if augment:
         raise BackendError(f"--augment (test-time augmentation) takes .pt weights only, not {paths[0]}")
-    if half or bf16:
+    if half or (bf16 and not is_openvino(paths[0])):  # OpenVINO alone can run an f32 export in bfloat16
         flag = "--half" if half else "--bf16"
         LOGGER.warning(f"WARNING: {flag} is ignored for {paths[0]}: exported models run in their export precision")
+
+
+def is_openvino(path: str | Path) -> bool:
+    """Whether path names an OpenVINO model folder (*_openvino_model)."""
+    return str(path).rstrip("/\\").endswith(OPENVINO_FOLDER)
 
 
 def describe_backend(backend: Backend) -> str:
@@ -240,15 +249,17 @@ def describe_backend(backend: Backend) -> str:
     return f"{backend.kind} backend, {len(backend.names)} classes, {shape}"
 
 
-def load_backend(path: str | Path, device: str | torch.device = "cpu") -> Backend:
-    """The Backend for an exported model, chosen by its suffix; BackendError (one line) when it cannot run."""
+def load_backend(path: str | Path, device: str | torch.device = "cpu", bf16: bool = False) -> Backend:
+    """The Backend for an exported model, chosen by its suffix; BackendError (one line) when it cannot run.
+
+    bf16 runs an OpenVINO model in bfloat16 on CPUs that support it; other formats run as exported."""
     path, device = Path(str(path).rstrip("/\\")), torch.device(device)
     if not path.exists():
         raise BackendError(f"weights file not found: {path}")
     if path.name.endswith(OPENVINO_FOLDER):
         if not path.is_dir():
             raise BackendError(f"{path} is not an OpenVINO model folder (.xml, .bin and metadata.yaml)")
-        return OpenVinoBackend(path, device)
+        return OpenVinoBackend(path, device, bf16)
     if path.suffix == ".torchscript":
         return TorchScriptBackend(path, device)
     if path.suffix == ".onnx":

@@ -59,7 +59,7 @@ def load_detector(
 def _load_exported(paths: list, device: torch.device, half: bool | None, bf16: bool, augment: bool) -> Backend:
     """One exported model (.torchscript, .onnx, *_openvino_model) as a Backend, run as exported."""
     check_exported(paths, half, bf16, augment)
-    backend = load_backend(paths[0], device)
+    backend = load_backend(paths[0], device, bf16)
     LOGGER.info("Model %s: %s, %s", paths[0], describe_backend(backend), device)
     return backend
 

@@ -20,6 +20,7 @@ from utils.augment import letterbox
 from utils.boxes import non_max_suppression
 from utils.images import read_image_checked
 from utils.metrics import COCO80_NAMES
+from utils.torch_utils import cpu_supports_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package
@@ -183,3 +184,20 @@ def test_missing_files_and_cli_errors(static_exports, shared, tmp_path, log):
         errors = [m for m in log.messages if m.startswith("ERROR")]
         assert len(errors) == 1 and words in errors[0] and "\n" not in errors[0], errors
         log.clear()
+
+
+def test_openvino_bf16_runs_in_bfloat16_where_the_cpu_has_it(static_exports, shared, log):
+    """--bf16 with an OpenVINO export asks OpenVINO for bfloat16 (float32 with a warning on CPUs without it);
+    the boxes stay those of the float32 model within bfloat16's rounding."""
+    path = _backend_path(static_exports, "openvino")
+    backend = load_backend(path, "cpu", bf16=True)
+    if cpu_supports_bf16():
+        assert backend.kind == "OpenVINO (bf16)"
+    else:
+        assert backend.kind == "OpenVINO (f32)" and any("--bf16 needs a CPU" in m for m in log.messages)
+    x = _input(shared, (128, 128), auto=False)
+    with torch.no_grad():
+        full = non_max_suppression(load_backend(path, "cpu")(x)[0], 0.25, 0.45)[0]
+        half = non_max_suppression(backend(x)[0], 0.25, 0.45)[0]
+    assert len(full) and full[:, 5].tolist() == half[:, 5].tolist()
+    torch.testing.assert_close(half[:, :4], full[:, :4], atol=4.0, rtol=0)  # pixels at 128 px

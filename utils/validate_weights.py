@@ -117,7 +117,7 @@ def _load_model(weights, device: str, half: bool | None, bf16: bool, augment: bo
     paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
     if any(is_backend_path(p) for p in paths):
         check_exported(paths, half, bf16, augment)
-        model = load_backend(paths[0], device)  # run as exported: no fusing, half or channels-last
+        model = load_backend(paths[0], device, bf16)  # run as exported: no fusing, half or channels-last
         LOGGER.info(f"Model {paths[0]}: {describe_backend(model)}, {device}")
         return model, device, contextlib.nullcontext(), False
     model = load_models(weights, device)
