@@ -156,6 +156,7 @@ class OnnxBackend(Backend):
     """An ONNX file run by ONNX Runtime (CUDA when the device is CUDA and the provider exists, else CPU)."""
 
     kind = "ONNX Runtime"
+    own_threads = True  # runs on its own thread pool: the Predictor then pre-processes in NumPy, not torch
 
     def __init__(self, path: Path, device: torch.device):
         ort = _import("onnxruntime")
@@ -183,6 +184,7 @@ class OpenVinoBackend(Backend):
     """An OpenVINO IR folder (model .xml + .bin, metadata.yaml) compiled for the CPU."""
 
     kind = "OpenVINO"
+    own_threads = True  # runs on its own thread pool: the Predictor then pre-processes in NumPy, not torch
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):
         ov = _import("openvino")
