@@ -28,7 +28,7 @@ from models.checkpoint import checkpoint_dict, load_model, save_checkpoint  # no
 from models.yolo import Model  # noqa: E402
 from utils.datasets import create_dataloader, load_data_config, load_hyp  # noqa: E402
 from utils.loss import ComputeLoss  # noqa: E402
-from utils.shapes import generate_shapes  # noqa: E402
+from utils.shapes import generate_shapes, write_data_yaml  # noqa: E402
 from utils.torch_utils import ModelEMA, cpu_supports_bf16  # noqa: E402
 from utils.train_setup import lr_lambda, smart_optimizer  # noqa: E402
 from utils.train_step import TrainingParts, apply_warmup, loss_gains, train_step, warmup_values  # noqa: E402
@@ -48,10 +48,7 @@ def check(condition: bool, message: str) -> None:
 def make_shapes(folder: Path, n_train: int, img: int) -> Path:
     """Generate a shapes dataset under folder and return its data YAML."""
     root = generate_shapes(folder / "shapes", n_train=n_train, n_val=64, img_size=img)
-    yaml_file = folder / "shapes.yaml"
-    names = "[circle, square, triangle, star, cross]"
-    yaml_file.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {names}\n", encoding="utf-8")
-    return yaml_file
+    return write_data_yaml(root, folder / "shapes.yaml")
 
 
 def _amp_parts(data: dict, img: int, device: torch.device) -> tuple[TrainingParts, dict, lr_scheduler.LambdaLR]:

@@ -12,7 +12,7 @@ from models.checkpoint import fp16_state_dict
 from models.yolo import Model
 from utils import train_setup
 from utils.callbacks import Callback
-from utils.shapes import generate_shapes
+from utils.shapes import generate_shapes, write_data_yaml
 
 NAMES = "[circle, square, triangle, star, cross]"
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots", "--epochs", "1"]
@@ -23,9 +23,7 @@ def tiny_yaml(tmp_path_factory):
     """3 train and 2 val shapes images of 64 px, fewer than the default --batch-size 16."""
     folder = tmp_path_factory.mktemp("tiny")
     root = generate_shapes(folder / "shapes", n_train=3, n_val=2, img_size=64)
-    file = folder / "tiny.yaml"
-    file.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {NAMES}\n")
-    return file
+    return write_data_yaml(root, folder / "tiny.yaml")
 
 
 def _train(*args, callbacks: list[Callback] | None = None) -> int:
@@ -73,8 +71,7 @@ def test_any_integer_seed_trains(seed, tiny_yaml, tmp_path):
 def test_dataset_without_labels_is_refused(tmp_path, log):
     root = generate_shapes(tmp_path / "shapes", n_train=3, n_val=2, img_size=64)
     shutil.rmtree(root / "labels" / "train")  # the labels folder forgotten
-    data = tmp_path / "nolabels.yaml"
-    data.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {NAMES}\n")
+    data = write_data_yaml(root, tmp_path / "nolabels.yaml")
     assert _train("--data", data, *FAST, "--project", tmp_path / "runs") == 1
     error = _one_error(log)
     assert "no labels found" in error and str(root / "labels" / "train") in error

@@ -119,6 +119,14 @@ def generate_shapes(
     return root
 
 
+def write_data_yaml(root: str | Path, file: str | Path) -> Path:
+    """A data YAML for the shapes dataset at root (train and val splits, the five class names); returns file."""
+    file = Path(file)
+    names = f"[{', '.join(CLASSES)}]"
+    file.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {names}\n", encoding="utf-8")
+    return file
+
+
 def main() -> None:
     """Command line: python -m utils.shapes [--root DIR] [--n-train N] [--n-val N] [--img SIZE] [--seed S]."""
     ap = argparse.ArgumentParser(description="Generate the synthetic shapes detection dataset")
