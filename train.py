@@ -8,7 +8,6 @@ Usage:
 """
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -16,31 +15,15 @@ import torch
 import torch.distributed as dist
 
 from utils.callbacks import Callback
-from utils.cli import Parser, float_in, int_in, run_cli
+from utils.cli import Parser, int_in, run_cli
 from utils.datasets import load_hyp
 from utils.log import set_logging
 from utils.resume import resume_options
 from utils.torch_utils import select_device
-from utils.train_setup import TrainError
+from utils.train_options import batch_size_arg, check_options, default_hyp, smoothing_arg
 from utils.trainer import RANK, new_run_folder, start_distributed, train
 
 ROOT = Path(__file__).resolve().parent
-
-
-def _batch_size(text: str) -> int:
-    """argparse type for --batch-size: an integer >= 1; YOLOv5's -1 (AutoBatch) is not supported."""
-    try:
-        return int_in(1)(text)
-    except argparse.ArgumentTypeError as e:
-        raise argparse.ArgumentTypeError(f"{e} (AutoBatch -1 is not supported)") from None
-
-
-def _smoothing(text: str) -> float:
-    """argparse type for --label-smoothing: a number in [0, 1) (1 would make every target uniform)."""
-    value = float_in(-math.inf, math.inf)(text)  # a finite number, or float_in's message
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value:g}")
-    return value
 
 
 def build_parser() -> Parser:
@@ -49,13 +32,23 @@ def build_parser() -> Parser:
     p.add_argument("--weights", type=str, default="", help="initial weights: '' (scratch), ours or official YOLOv5")
     p.add_argument("--cfg", type=str, default="", help="model YAML, e.g. yolov5s.yaml")
     p.add_argument("--data", type=str, default="coco128.yaml", help="dataset YAML")
-    p.add_argument("--hyp", type=str, default=str(ROOT / "data" / "hyp.scratch.yaml"), help="hyperparameter YAML")
+    p.add_argument(
+        "--hyp",
+        type=str,
+        default="",
+        help="hyperparameter YAML (default: hyp.finetune.yaml with --weights, else scratch)",
+    )
     p.add_argument("--epochs", type=int_in(1), default=100)
-    p.add_argument("--batch-size", type=_batch_size, default=16, help="total batch size for all processes")
+    p.add_argument(
+        "--batch-size", type=batch_size_arg, default=16, help="total batch size for all processes, -1: AutoBatch"
+    )
     p.add_argument(
         "--imgsz", "--img", "--img-size", type=int_in(32), default=640, help="train and val image size (pixels)"
     )
     p.add_argument("--rect", action="store_true", help="rectangular training batches")
+    p.add_argument("--evolve", type=int_in(1), nargs="?", const=300, help="evolve hyperparameters for x generations")
+    p.add_argument("--image-weights", action="store_true", help="sample images by class rarity and per-class mAP")
+    p.add_argument("--quad", action="store_true", help="4-image collate: batch/4 images of twice the size")
     p.add_argument("--resume", nargs="?", const=True, default=False, help="resume the newest run, or a given last.pt")
     p.add_argument("--nosave", action="store_true", help="only save the final checkpoint")
     p.add_argument("--noval", action="store_true", help="only validate the final epoch")
@@ -72,7 +65,7 @@ def build_parser() -> Parser:
     p.add_argument("--name", default="exp", help="save to project/name")
     p.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
     p.add_argument("--cos-lr", action="store_true", help="cosine LR schedule")
-    p.add_argument("--label-smoothing", type=_smoothing, default=0.0, help="label smoothing epsilon, in [0, 1)")
+    p.add_argument("--label-smoothing", type=smoothing_arg, default=0.0, help="label smoothing epsilon, in [0, 1)")
     p.add_argument(
         "--patience",
         type=int_in(0),
@@ -88,6 +81,8 @@ def build_parser() -> Parser:
         default=None,
         help="mixed precision (default: on for CUDA; on CPU --amp uses bfloat16 where supported)",
     )
+    # Accepted for the legacy torch.distributed.launch, which passes it; the rank is read from LOCAL_RANK.
+    p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help=argparse.SUPPRESS)
     return p
 
 
@@ -105,15 +100,9 @@ def setup_run(opt: argparse.Namespace) -> tuple[dict, argparse.Namespace, torch.
         opt, resume_ckpt = resume_options(opt, build_parser)
         hyp = opt.hyp if isinstance(opt.hyp, dict) else load_hyp(opt.hyp)
     else:
+        check_options(opt)
+        opt.hyp = opt.hyp or default_hyp(opt.weights)
         hyp = load_hyp(opt.hyp)
-        if not opt.cfg and not opt.weights:
-            raise TrainError("either --cfg or --weights must be given")
-    if opt.epochs < 1:
-        raise TrainError(f"--epochs must be at least 1, got {opt.epochs}")
-    if opt.batch_size < 1:
-        raise TrainError(f"--batch-size must be a positive number, got {opt.batch_size} (AutoBatch is not supported)")
-    if opt.cache not in (None, "ram", "disk", "val"):
-        raise TrainError(f"--cache must be 'ram' or 'disk', got '{opt.cache}'")
     device = start_distributed(select_device(opt.device), opt.batch_size)
     if not opt.resume:
         opt.save_dir = new_run_folder(opt.project, opt.name, opt.exist_ok)
@@ -121,7 +110,7 @@ def setup_run(opt: argparse.Namespace) -> tuple[dict, argparse.Namespace, torch.
 
 
 def _train(opt: argparse.Namespace, callbacks: list[Callback] | None) -> None:
-    """Set up (options, resume, device, distributed) and train."""
+    """Set up (options, resume, device, distributed) and train, or evolve hyperparameters with --evolve."""
     train(*setup_run(opt), callbacks=callbacks)
 
 

@@ -87,7 +87,7 @@ def test_dataset_without_labels_is_refused(tmp_path, log):
     [
         ("--epochs", "0", "must be an integer >= 1"),
         ("--batch-size", "0", "must be an integer >= 1"),
-        ("--batch-size", "-1", "AutoBatch -1 is not supported"),
+        ("--batch-size", "-2", "or -1 for AutoBatch"),
         ("--imgsz", "31", "must be an integer >= 32"),
         ("--img", "-640", "must be an integer >= 32"),
         ("--workers", "-1", "must be an integer >= 0"),

@@ -137,15 +137,29 @@ def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
         valid = f"0..{n_layers - 1}" if len(freeze) > 1 else f"0..{n_layers} (the first N layers)"
         raise TrainError(f"--freeze {beyond[0]}: the model has {n_layers} layers, valid values are {valid}")
     prefixes = [f"model.{x}." for x in indices]
+    frozen = 0
     for name, p in model.named_parameters():
         p.requires_grad = not any(name.startswith(x) for x in prefixes)
-        if not p.requires_grad:
-            LOGGER.debug(f"freezing {name}")
+        frozen += not p.requires_grad
     if not any(p.requires_grad for p in model.parameters()):
         raise TrainError(
             f"--freeze {' '.join(map(str, freeze))} freezes every layer of the {n_layers}-layer model: "
             f"nothing left to train"
         )
+    if frozen:
+        layers = _index_ranges(sorted(set(indices)))
+        LOGGER.info(f"freeze: layers {layers} of 0-{n_layers - 1} frozen ({frozen} parameter tensors)")
+
+
+def _index_ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

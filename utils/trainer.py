@@ -27,6 +27,7 @@ from torch.optim import lr_scheduler
 from models.checkpoint import checkpoint_dict, fp16_state_dict, load_checkpoint, load_model, save_checkpoint
 from utils.augment import check_img_size, letterbox
 from utils.autoanchor import check_anchors
+from utils.autobatch import autobatch
 from utils.callbacks import BatchEnd, Callback, Callbacks, EpochResult, default_callbacks
 from utils.datasets import create_dataloader, load_data_config
 from utils.files import increment_path
@@ -247,6 +248,8 @@ class Trainer:
         freeze_layers(model, opt.freeze)
         self.grid = max(int(model.stride.max()), 32)
         self.imgsz = check_img_size(opt.imgsz, self.grid, floor=self.grid * 2)
+        if opt.batch_size == -1:  # AutoBatch, on one device (train.py refuses it under DDP)
+            opt.batch_size = autobatch(model, self.imgsz, self.device, amp=opt.amp is not False)
         self._setup_train_loader()
         self._setup_optimizer(model)
         if self.main_process:
