@@ -213,3 +213,36 @@ def plot_results(csv_file: str | Path) -> Path:
     axes[0].legend()
     fig.tight_layout()
     return _save(fig, csv_file.with_name("results.png"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hyperparameter evolution (evolve.png)
+
+
+def plot_evolve(names: Sequence[str], values: np.ndarray, fitness: np.ndarray, path: str | Path) -> Path:
+    """evolve.png: one panel per hyperparameter, each generation's value against its fitness, the best marked.
+
+    values: (generations, len(names)); fitness: (generations,)."""
+    values = np.asarray(values, dtype=np.float64).reshape(len(fitness), len(names))
+    fitness = np.asarray(fitness, dtype=np.float64)
+    best = int(fitness.argmax())
+    columns = min(len(names), 6)
+    rows = -(-len(names) // columns)
+    fig = Figure(figsize=(2.5 * columns, 2.4 * rows))
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    # Fitter generations drawn last (on top), coloured by fitness, so the good region is not hidden.
+    order = fitness.argsort()
+    for i, (ax, name) in enumerate(zip(axes, names)):
+        ax.scatter(
+            values[order, i], fitness[order], c=fitness[order], cmap="viridis", s=12, alpha=0.8, edgecolors="none"
+        )
+        ax.plot(values[best, i], fitness[best], "k+", markersize=14, markeredgewidth=2)
+        ax.set_title(f"{name} = {values[best, i]:.3g}", fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.locator_params(axis="x", nbins=4)  # small panels: few ticks, so long values do not overlap
+        if i % columns == 0:
+            ax.set_ylabel("fitness", fontsize=8)
+    for ax in axes[len(names) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return _save(fig, path)
