@@ -17,6 +17,7 @@ import torch.distributed as dist
 from utils.callbacks import Callback
 from utils.cli import Parser, int_in, run_cli
 from utils.datasets import load_hyp
+from utils.evolve import evolve
 from utils.log import set_logging
 from utils.resume import resume_options
 from utils.torch_utils import select_device
@@ -111,7 +112,10 @@ def setup_run(opt: argparse.Namespace) -> tuple[dict, argparse.Namespace, torch.
 
 def _train(opt: argparse.Namespace, callbacks: list[Callback] | None) -> None:
     """Set up (options, resume, device, distributed) and train, or evolve hyperparameters with --evolve."""
-    train(*setup_run(opt), callbacks=callbacks)
+    if opt.evolve:
+        evolve(opt, callbacks)
+    else:
+        train(*setup_run(opt), callbacks=callbacks)
 
 
 def main(opt: argparse.Namespace, callbacks: list[Callback] | None = None) -> int:
