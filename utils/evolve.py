@@ -344,7 +344,7 @@ def _start_message(save_dir: Path, done: int, total: int) -> str:
         return f"Evolving hyperparameters for {total} generations in {save_dir}"
     left = max(total - done, 0)
     return (
-        f"Continuing the evolution in {save_dir}: {CSV_NAME} holds {done} generations, {left} of --evolve {total} "
+        f"Continuing the evolution in {save_dir}: {CSV_NAME} holds {done} of --evolve {total} generations, {left} "
         f"left (parents come from {CSV_NAME}; --hyp only starts new evolutions)"
     )
 
