@@ -1,5 +1,6 @@
 """Datasets: data/hyp YAML loading, image + label verification with a safe cache, the training/validation
-dataset (letterbox, rectangular batches, mosaic) and its dataloader."""
+dataset (letterbox, rectangular batches, mosaic, the images --image-weights draws) and its dataloader (with --quad's
+4-image collate)."""
 
 import hashlib
 import math
@@ -16,6 +17,7 @@ import cv2
 import numpy as np
 import torch
 import yaml
+from torch.nn import functional as F  # noqa: N812
 from torch.utils.data import DataLoader, Dataset, distributed
 from tqdm import tqdm
 
@@ -779,7 +781,9 @@ class LoadImagesAndLabels(Dataset):
         return len(self.im_files)
 
     def __getitem__(self, index: int):
-        """(image uint8 (3, H, W) RGB, labels (n, 6) [0, cls, cx, cy, w, h] normalised, path, shapes or None)."""
+        """(image uint8 (3, H, W) RGB, labels (n, 6) [0, cls, cx, cy, w, h] normalised, path, shapes or None) of
+        image self.indices[index]: the identity, or the images --image-weights drew for this epoch."""
+        index = self.indices[index]
         hyp = self.hyp
         if self.mosaic and random.random() < hyp["mosaic"]:
             img, labels = self.load_mosaic(index)
@@ -818,6 +822,47 @@ class LoadImagesAndLabels(Dataset):
             lb[:, 0] = i
         return torch.stack(imgs, 0), torch.cat(labels, 0), paths, shapes
 
+    @staticmethod
+    def collate_quad(batch: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, tuple, tuple]:
+        """--quad: each group of 4 consecutive images becomes one image of twice the side, either the group's first
+        image upsampled 2x or the 4 tiled 2x2 (even odds), labels following; a last group of 1-3 images (only in an
+        epoch's last batch) is always upsampled. Same structure as collate_fn, ceil(len(batch) / 4) images, each
+        with its first image's path and shapes None (no longer one letterboxed original)."""
+        imgs, labels, paths, _ = zip(*batch)
+        out_imgs, out_labels, out_paths = [], [], []
+        for start in range(0, len(imgs), 4):
+            group, group_labels = imgs[start : start + 4], labels[start : start + 4]
+            same_size = all(im.shape == group[0].shape for im in group)
+            if len(group) < 4 or not same_size or random.random() < 0.5:
+                image, lb = _upsample_2x(group[0]), group_labels[0].clone()
+            else:
+                image, lb = _tile_2x2(group, group_labels)
+            lb[:, 0] = len(out_imgs)
+            out_imgs.append(image)
+            out_labels.append(lb)
+            out_paths.append(paths[start])
+        return torch.stack(out_imgs, 0), torch.cat(out_labels, 0), tuple(out_paths), (None,) * len(out_imgs)
+
+
+def _upsample_2x(image: torch.Tensor) -> torch.Tensor:
+    """A uint8 (3, H, W) image at (3, 2H, 2W), bilinear; its normalised labels stay valid as they are."""
+    big = F.interpolate(image[None].float(), scale_factor=2.0, mode="bilinear", align_corners=False)[0]
+    return big.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def _tile_2x2(images: tuple, labels: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four equal-size (3, H, W) images tiled in reading order (top-left, top-right, bottom-left, bottom-right)
+    into one (3, 2H, 2W) image, with their [i, cls, cx, cy, w, h] labels renormalised to it."""
+    top, bottom = torch.cat(images[:2], 2), torch.cat(images[2:], 2)
+    moved = []
+    for k, lb in enumerate(labels):
+        lb = lb.clone()
+        lb[:, 2] = (lb[:, 2] + k % 2) / 2  # column offset, then half the width
+        lb[:, 3] = (lb[:, 3] + k // 2) / 2  # row offset, then half the height
+        lb[:, 4:6] /= 2
+        moved.append(lb)
+    return torch.cat((top, bottom), 1), torch.cat(moved, 0)
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Dataloader
@@ -828,6 +873,37 @@ def _seed_worker(worker_id: int) -> None:
     seed = torch.initial_seed() % 2**32
     np.random.seed(seed)
     random.seed(seed)
+
+
+def _loader_flags(
+    batch_size: int, rect: bool, shuffle: bool, image_weights: bool, quad: bool, prefix: str
+) -> tuple[bool, bool]:
+    """Check the batch size; (rect, shuffle) once options that exclude each other are resolved, with a warning."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise DatasetError(f"{prefix}batch size must be a positive integer, got {batch_size!r}")
+    if quad and batch_size % 4:
+        raise DatasetError(f"{prefix}--quad needs a batch size that is a multiple of 4 (per device), got {batch_size}")
+    if image_weights and rect:  # as YOLOv5: resampled images would not fit the aspect-sorted batch shapes
+        LOGGER.warning(f"{prefix}WARNING: --rect is incompatible with --image-weights, rect=False")
+        rect = False
+    if rect and shuffle:
+        LOGGER.warning(f"{prefix}WARNING: --rect is incompatible with shuffling, shuffle=False")
+        shuffle = False
+    return rect, shuffle
+
+
+def _fit_batch(batch_size: int, n_images: int, path, quad: bool, prefix: str) -> int:
+    """The batch clipped to the dataset size (as YOLOv5: a small set, or one shrunk by corrupt files, is one batch),
+    then under --quad down to a multiple of 4."""
+    if batch_size > n_images:
+        LOGGER.info(f"{prefix}batch size {batch_size} reduced to {n_images}, the number of images in {path}")
+        batch_size = n_images
+    if quad and batch_size % 4:  # only a dataset smaller than the batch gets here
+        if batch_size < 4:
+            raise DatasetError(f"{prefix}--quad needs at least 4 images, {path} has {batch_size}")
+        batch_size -= batch_size % 4
+        LOGGER.info(f"{prefix}--quad: batch size {batch_size}, a multiple of 4")
+    return batch_size
 
 
 def create_dataloader(
@@ -848,16 +924,14 @@ def create_dataloader(
     prefix: str = "",
     nc: int | None = None,
     require_labels: bool = False,
+    image_weights: bool = False,
+    quad: bool = False,
 ) -> tuple[DataLoader, LoadImagesAndLabels]:
-    """A DataLoader over LoadImagesAndLabels (distributed sampler when rank != -1, seeded workers).
-
-    The batch is clipped to the dataset size. require_labels (training) refuses a dataset without any label box,
-    which would otherwise train on backgrounds only."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise DatasetError(f"{prefix}batch size must be a positive integer, got {batch_size!r}")
-    if rect and shuffle:
-        LOGGER.warning(f"{prefix}WARNING: --rect is incompatible with shuffling, shuffle=False")
-        shuffle = False
+    """A DataLoader over LoadImagesAndLabels (distributed sampler when rank != -1, seeded workers); the batch is
+    clipped to the dataset size. require_labels (training) refuses a dataset without any label box. image_weights:
+    the caller sets dataset.indices each epoch (utils.image_weights), so workers restart each epoch to see them and
+    rect is off. quad: batches go through collate_quad (batch_size // 4 images of twice the side)."""
+    rect, shuffle = _loader_flags(batch_size, rect, shuffle, image_weights, quad, prefix)
     dataset = LoadImagesAndLabels(
         path,
         imgsz,
@@ -874,9 +948,7 @@ def create_dataloader(
     )
     if require_labels and not any(len(lb) for lb in dataset.labels):
         raise DatasetError(f"{prefix}{dataset._no_labels_message(dataset.im_files)}")
-    if batch_size > len(dataset):  # as YOLOv5: a small set (or one shrunk by corrupt files) is one batch
-        LOGGER.info(f"{prefix}batch size {batch_size} reduced to {len(dataset)}, the number of images in {path}")
-        batch_size = len(dataset)
+    batch_size = _fit_batch(batch_size, len(dataset), path, quad, prefix)
     nw = max(0, min(os.cpu_count() or 1, batch_size, workers))
     sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=shuffle)
     generator = torch.Generator()
@@ -888,9 +960,9 @@ def create_dataloader(
         num_workers=nw,
         sampler=sampler,
         pin_memory=torch.cuda.is_available(),
-        collate_fn=LoadImagesAndLabels.collate_fn,
+        collate_fn=LoadImagesAndLabels.collate_quad if quad else LoadImagesAndLabels.collate_fn,
         worker_init_fn=_seed_worker,
         generator=generator,
-        persistent_workers=nw > 0,
+        persistent_workers=nw > 0 and not image_weights,  # persistent workers would keep last epoch's indices
     )
     return loader, dataset
