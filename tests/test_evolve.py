@@ -161,6 +161,9 @@ def test_csv_round_trip_and_best_hyp_file(tmp_path):
     text = (tmp_path / "hyp_evolve.yaml").read_text()
     assert "generation 2 of 3" in text and "fitness 0.3" in text
     assert load_hyp(tmp_path / "hyp_evolve.yaml") == rows[1].hyp  # a valid --hyp file
+    diverged = Generation([0.0, 0.0, math.nan, math.nan, math.nan, math.inf, 0.1], dict(BASE))
+    evolve.append_evolve_csv(file, diverged)  # a diverged generation is kept, at fitness 0
+    assert evolve.read_evolve_csv(file)[3].fitness == 0.0 and evolve.best_generation(evolve.read_evolve_csv(file)) == 1
     with pytest.raises(EvolveError, match="other hyperparameter columns"):
         evolve.append_evolve_csv(file, Generation(rows[0].metrics, {**BASE, "anchors": 3.0}))
 
@@ -174,7 +177,7 @@ ROW = ",".join(["0.5"] * len(evolve.METRIC_COLUMNS) + [str(v) for v in BASE.valu
     [
         (f"{HEADER}\n{ROW}\n{ROW},1\n", "row 2 has 36 values but the header has 35"),
         (f"{HEADER}\n{ROW.replace('0.5', 'abc', 1)}\n", "row 1 holds a value that is not a number"),
-        (f"{HEADER}\n{ROW.replace('0.5', 'nan', 1)}\n", "row 1 holds a value that is not finite"),
+        (f"{HEADER}\n{ROW.replace(',0.01,', ',inf,', 1)}\n", "row 1 holds a hyperparameter that is not finite"),
         ("epoch,loss\n1,2\n", "is not an evolve.csv"),
         (f"{HEADER.replace(',lr0,', ',lr_zero,')}\n", "lacks lr0"),
         (f"{HEADER},lr0\n", "unknown or repeated columns"),

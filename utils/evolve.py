@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+import torch
 import yaml
 
 from utils.callbacks import Callback
@@ -109,8 +110,9 @@ class Generation:
 
     @property
     def fitness(self) -> float:
-        """0.1 * mAP50 + 0.9 * mAP50-95, the training fitness (utils.metrics.fitness) of this row."""
-        return 0.1 * self.metrics[2] + 0.9 * self.metrics[3]
+        """0.1 * mAP50 + 0.9 * mAP50-95, the training fitness (utils.metrics.fitness) of this row; 0 if not finite."""
+        value = 0.1 * self.metrics[2] + 0.9 * self.metrics[3]
+        return value if math.isfinite(value) else 0.0  # a diverged generation counts as the least fit
 
 
 @dataclass
@@ -209,16 +211,18 @@ def next_hyp(rows: list[Generation], base: dict, keys: list[str], rng: np.random
 
 
 def _parse_row(cells: list[str], header: list[str], where: str) -> Generation:
-    """One data row of evolve.csv, or EvolveError naming the bad row."""
+    """One data row of evolve.csv, or EvolveError naming the bad row (e.g. one cut short by a kill)."""
+    fix = "fix or delete that row to continue"
     if len(cells) != len(header):
-        raise EvolveError(f"{where} has {len(cells)} values but the header has {len(header)}")
+        raise EvolveError(f"{where} has {len(cells)} values but the header has {len(header)}: {fix}")
     try:
         values = [float(c) for c in cells]
     except ValueError:
-        raise EvolveError(f"{where} holds a value that is not a number: {','.join(cells)[:80]}") from None
-    if not all(math.isfinite(v) for v in values):
-        raise EvolveError(f"{where} holds a value that is not finite")
+        raise EvolveError(f"{where} holds a value that is not a number: {fix}") from None
     n = len(METRIC_COLUMNS)
+    # Metrics may be nan (the validation losses of a diverged generation); hyperparameters must be usable.
+    if not all(math.isfinite(v) for v in values[n:]):
+        raise EvolveError(f"{where} holds a hyperparameter that is not finite: {fix}")
     return Generation(values[:n], dict(zip(header[n:], values[n:])))
 
 
@@ -323,7 +327,9 @@ def check_request(opt: argparse.Namespace) -> None:
     check_options(opt)  # the checks of every training run
 
 
-def train_generation(hyp: dict, opt: argparse.Namespace, device, save_dir: Path, callbacks) -> Generation:
+def train_generation(
+    hyp: dict, opt: argparse.Namespace, device: torch.device, save_dir: Path, callbacks: list[Callback] | None
+) -> Generation:
     """Train one generation in save_dir/generation (replacing the previous one, weights deleted after); its row."""
     run_opt = copy.copy(opt)
     run_opt.noval = run_opt.nosave = run_opt.noplots = run_opt.exist_ok = True  # only the final epoch counts
@@ -341,7 +347,10 @@ def train_generation(hyp: dict, opt: argparse.Namespace, device, save_dir: Path,
 def _start_message(save_dir: Path, done: int, total: int) -> str:
     """The first line of an evolution: new, continued or already complete."""
     if not done:
-        return f"Evolving hyperparameters for {total} generations in {save_dir}"
+        return (
+            f"Evolving hyperparameters for {total} generations in {save_dir} (if interrupted, the same command with "
+            f"--name {save_dir.name} --exist-ok continues it)"
+        )
     left = max(total - done, 0)
     return (
         f"Continuing the evolution in {save_dir}: {CSV_NAME} holds {done} of --evolve {total} generations, {left} "
@@ -352,7 +361,9 @@ def _start_message(save_dir: Path, done: int, total: int) -> str:
 def evolve(
     opt: argparse.Namespace, callbacks: list[Callback] | None = None, rng: np.random.Generator | None = None
 ) -> EvolutionResult:
-    """Evolve the hyperparameters up to opt.evolve generations in project/name (continuing its evolve.csv)."""
+    """Evolve the hyperparameters up to opt.evolve generations in project/name (continuing its evolve.csv).
+
+    callbacks are passed to every generation's training run; rng (tests) replaces the fresh random generator."""
     check_request(opt)
     base = load_hyp(opt.hyp or default_hyp(opt.weights))
     device = select_device(opt.device)
