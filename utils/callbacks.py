@@ -5,6 +5,9 @@ A logger is one class deriving from Callback that overrides the hooks it needs. 
 The Trainer calls them on the main process only (rank 0 under DDP), in this order:
 on_train_start -> per epoch: on_epoch_start, on_batch_end per batch, on_epoch_end (after validation),
 on_checkpoint_saved per file -> on_train_end.
+
+The default loggers, in calling order: ResultsCsv (results.csv), Plots (images, unless --noplots), TensorBoard
+(event files in the run folder, see utils.tensorboard_logger; nothing when tensorboard is not installed), Console.
 """
 
 import csv
@@ -16,6 +19,7 @@ from tqdm import tqdm
 
 from utils.log import LOGGER
 from utils.plots import save_batch_plot
+from utils.tensorboard_logger import TensorBoardRun, open_tensorboard
 
 RESULT_COLUMNS = [
     "epoch",
@@ -174,6 +178,37 @@ class Plots(Callback):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# TensorBoard
+
+
+class TensorBoard(Callback):
+    """Event files in the run folder: the results.csv values per epoch (same tags, step = epoch); with plots on,
+    the model graph, the first training batch and, at the end, every image of the run folder."""
+
+    def __init__(self):
+        self.run: TensorBoardRun | None = None
+
+    def on_train_start(self, trainer) -> None:
+        self.run = open_tensorboard(trainer.save_dir)
+        if self.run is not None and trainer.plots:
+            self.run.graph(trainer.parts.model, trainer.imgsz, trainer.device)
+
+    def on_batch_end(self, trainer, batch: BatchEnd) -> None:
+        if self.run is not None and batch.iteration == 0:  # the mosaic Plots has just written, if plots are on
+            self.run.image("train_batch0", trainer.save_dir / "train_batch0.jpg", step=0)
+
+    def on_epoch_end(self, trainer, result: EpochResult) -> None:
+        if self.run is not None:
+            self.run.scalars(dict(zip(RESULT_COLUMNS[1:], result.row()[1:])), result.epoch)
+
+    def on_train_end(self, trainer, results: EpochResult | None) -> None:
+        if self.run is not None:
+            self.run.images_in(trainer.save_dir, step=results.epoch if results is not None else 0)
+            self.run.close()
+            self.run = None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Console
 
 
@@ -221,5 +256,6 @@ class Console(Callback):
 
 
 def default_callbacks(plots: bool) -> list[Callback]:
-    """The loggers every run has: console and results.csv, plus plots unless --noplots."""
-    return [ResultsCsv(), *([Plots()] if plots else []), Console()]  # Console last: it closes the run's output
+    """The loggers every run has: console, results.csv and TensorBoard, plus plots unless --noplots."""
+    # TensorBoard after Plots (it logs the images Plots writes), Console last (it closes the run's output).
+    return [ResultsCsv(), *([Plots()] if plots else []), TensorBoard(), Console()]
