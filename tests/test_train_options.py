@@ -96,7 +96,6 @@ def _opt(**changes) -> argparse.Namespace:
     "changes, message",
     [
         ({"batch_size": -1}, "AutoBatch (--batch-size -1) sizes the batch for one GPU"),
-        ({"image_weights": True}, "--image-weights is not supported with distributed training"),
     ],
 )
 def test_distributed_refusals(changes, message, monkeypatch):

@@ -50,8 +50,3 @@ def check_options(opt: argparse.Namespace) -> None:
         raise TrainError(f"--cache must be 'ram' or 'disk', got '{opt.cache}'")
     if RANK != -1 and opt.batch_size == -1:
         raise TrainError("AutoBatch (--batch-size -1) sizes the batch for one GPU: give a --batch-size with torchrun")
-    if RANK != -1 and opt.image_weights:
-        raise TrainError(
-            "--image-weights is not supported with distributed training: each process reads a fixed shard of the "
-            "dataset (DistributedSampler), so per-image sampling weights cannot apply; train on one device"
-        )

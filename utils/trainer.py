@@ -11,6 +11,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from copy import deepcopy
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from utils.autobatch import autobatch
 from utils.callbacks import BatchEnd, Callback, Callbacks, EpochResult, default_callbacks
 from utils.datasets import create_dataloader, load_data_config
 from utils.files import increment_path
+from utils.image_weights import sample_indices
 from utils.log import LOGGER
 from utils.loss import ComputeLoss
 from utils.torch_utils import ModelEMA, de_parallel, init_seeds
@@ -250,6 +252,7 @@ class Trainer:
         self.imgsz = check_img_size(opt.imgsz, self.grid, floor=self.grid * 2)
         if opt.batch_size == -1:  # AutoBatch, on one device (train.py refuses it under DDP)
             opt.batch_size = autobatch(model, self.imgsz, self.device, amp=opt.amp is not False)
+            opt.batch_size = max(opt.batch_size // 4 * 4, 4) if opt.quad else opt.batch_size  # quad: groups of 4
         self._setup_train_loader()
         self._setup_optimizer(model)
         if self.main_process:
@@ -271,6 +274,8 @@ class Trainer:
         model.train()
         if RANK != -1:
             loader.sampler.set_epoch(epoch)
+        if self.opt.image_weights:
+            self._draw_images(epoch)
         self.callbacks.on_epoch_start(self, epoch)
         mean_losses, n_skipped = torch.zeros(3, device=self.device), 0
         self.parts.optimizer.zero_grad()
@@ -358,7 +363,7 @@ class Trainer:
             verbose=verbose,
             half=self.parts.amp_dtype == torch.float16,  # FP16 autocast as trained; bfloat16 runs are scored in FP32
         )
-        return evaluate(model, self.val_loader, list(self.data["names"]), self.parts.compute_loss, options)
+        return evaluate(model, self.val_loader, list(self.data["names"]), self.compute_loss, options)
 
     # Set-up steps ----------------------------------------------------------------------------------------------------
 
@@ -393,6 +398,8 @@ class Trainer:
                 prefix="train: ",
                 nc=self.nc,
                 require_labels=True,
+                image_weights=opt.image_weights,
+                quad=opt.quad,
             )
         self.batch_size = self.train_loader.batch_size * WORLD_SIZE  # the loader clips the batch to a small dataset
         labels = self.dataset.labels
@@ -469,8 +476,9 @@ class Trainer:
             scaler.load_state_dict(scaler_state)
         self.hyp = loss_gains(self.hyp, de_parallel(model).model[-1].nl, self.nc, self.imgsz)
         self.hyp["label_smoothing"] = self.opt.label_smoothing
-        compute_loss = ComputeLoss(model, self.hyp)
-        return TrainingParts(model, self.optimizer, compute_loss, scaler, ema, amp_dtype, WORLD_SIZE)
+        self.compute_loss = ComputeLoss(model, self.hyp)
+        train_loss = quad_scaled(self.compute_loss) if self.opt.quad else self.compute_loss
+        return TrainingParts(model, self.optimizer, train_loss, scaler, ema, amp_dtype, WORLD_SIZE)
 
     # Per-batch helpers -----------------------------------------------------------------------------------------------
 
@@ -480,6 +488,18 @@ class Trainer:
         values = warmup_values(iteration, self.n_warmup, targets, self.hyp, self.batch_size)
         apply_warmup(self.optimizer, values)
         self.accumulate = values.accumulate
+
+    def _draw_images(self, epoch: int) -> None:
+        """--image-weights: the epoch's images, drawn on rank 0 from the latest per-class mAPs, the same on every rank
+        (the DistributedSampler then splits the drawn positions between the processes)."""
+        maps = self.validation.metrics.maps if self.validation is not None else np.zeros(self.nc)
+        drawn = [None]
+        if self.main_process:
+            rng = np.random.default_rng((self.seed, epoch))
+            drawn = [sample_indices(self.dataset.labels, self.nc, maps, rng)]
+        if RANK != -1:
+            dist.broadcast_object_list(drawn, 0)
+        self.dataset.indices = list(drawn[0])
 
     def _prepare_images(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 batch -> 0-1 floats on the device, resized under --multi-scale, NHWC on the CPU."""
@@ -493,6 +513,16 @@ class Trainer:
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         return images
+
+
+def quad_scaled(compute_loss: ComputeLoss) -> Callable:
+    """--quad trains on 4x fewer (2x larger) images per batch: the loss is scaled back up by 4, as YOLOv5 does."""
+
+    def scaled(predictions, targets):
+        loss, loss_items = compute_loss(predictions, targets)
+        return loss * 4.0, loss_items
+
+    return scaled
 
 
 def train(
