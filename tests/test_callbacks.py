@@ -12,6 +12,7 @@ from utils.callbacks import (
     EpochResult,
     Plots,
     ResultsCsv,
+    TensorBoard,
     default_callbacks,
 )
 
@@ -65,5 +66,5 @@ def test_callbacks_call_each_hook_in_order():
 
 
 def test_default_callbacks_follow_noplots():
-    assert [type(c) for c in default_callbacks(plots=True)] == [ResultsCsv, Plots, Console]
-    assert [type(c) for c in default_callbacks(plots=False)] == [ResultsCsv, Console]
+    assert [type(c) for c in default_callbacks(plots=True)] == [ResultsCsv, Plots, TensorBoard, Console]
+    assert [type(c) for c in default_callbacks(plots=False)] == [ResultsCsv, TensorBoard, Console]
