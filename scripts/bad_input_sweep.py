@@ -1,4 +1,4 @@
-"""Run train.py, test.py and detect.py on bad inputs and check each ends cleanly.
+"""Run train.py, test.py, detect.py and export.py on bad inputs and check each ends cleanly.
 
 Usage:
     python scripts/bad_input_sweep.py               # all cases, a markdown table on stdout
@@ -400,8 +400,22 @@ def train_cases(tmp: Path) -> list[Case]:
     }
     torch.save({**ours, **resume_state, "train_args": "oops"}, crafted)
     scratch = ["--weights", "", "--cfg", "yolov5n.yaml"]
+    (tmp / "evolve" / "exp").mkdir(parents=True)
+    (tmp / "evolve" / "exp" / "evolve.csv").write_text("metrics/precision,lr0\nnot-a-number,0.01\n")
     return [
-        Case("train --batch-size -1", ["train.py", *base, *scratch, "--batch-size", "-1"], "error"),
+        Case("train --batch-size -2", ["train.py", *base, *scratch, "--batch-size", "-2"], "error"),
+        Case(
+            "train --batch-size -1 (AutoBatch) on the CPU",
+            ["train.py", *base, *scratch, "--batch-size", "-1", "--name", "autobatch", "--noplots"],
+            "ok",
+        ),
+        Case("train --quad with a batch of 6", ["train.py", *base, *scratch, "--quad", "--batch-size", "6"], "error"),
+        Case("train --evolve with --resume", ["train.py", *base, *scratch, "--evolve", "2", "--resume"], "error"),
+        Case(
+            "train --evolve continuing a malformed evolve.csv",
+            ["train.py", *base, *scratch, "--evolve", "2", "--project", str(tmp / "evolve"), "--exist-ok"],
+            "error",
+        ),
         Case("train --epochs 0", ["train.py", *base, *scratch, "--epochs", "0"], "error"),
         Case(
             "train 3 images, default batch 16",
@@ -437,6 +451,32 @@ def train_cases(tmp: Path) -> list[Case]:
             "error",
             _no_file(tmp / "SHELL_RAN"),
         ),
+    ]
+
+
+def export_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
+    """export.py on broken and malicious checkpoints and impossible requests; detect.py on a non-YOLO .onnx."""
+    not_yolo = tmp / "linear.onnx"
+    try:
+        torch.onnx.export(torch.nn.Linear(4, 7), (torch.zeros(1, 3, 4),), str(not_yolo), dynamo=False)
+    except Exception:  # no onnx package: detect.py must still end in one line (it names the package)
+        not_yolo.write_bytes(b"\x08\x07")
+    w = ["--weights", str(WEIGHTS)]
+    bus = str(IMAGES / "bus.jpg")
+    return [
+        Case("export random bytes .pt", ["export.py", "--weights", str(ckpt["random"])], "error"),
+        Case(
+            "export malicious pickle",
+            ["export.py", "--weights", str(ckpt["pickle_exec"])],
+            "error",
+            _no_file(tmp / "PWNED"),
+        ),
+        Case("export missing weights", ["export.py", "--weights", str(tmp / "none.pt")], "error"),
+        Case("export --half on the CPU", ["export.py", *w, "--include", "onnx", "--half"], "error"),
+        Case("export --include engine without CUDA", ["export.py", *w, "--include", "engine"], "error"),
+        Case("export --img 100 (not a stride multiple)", ["export.py", *w, "--img", "100"], "error"),
+        Case("detect with a non-YOLO .onnx", ["detect.py", "--weights", str(not_yolo), "--source", bus], "error"),
+        Case("detect with a missing .onnx", ["detect.py", "--weights", str(tmp / "x.onnx"), "--source", bus], "error"),
     ]
 
 
@@ -500,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bad_inputs_"))
     try:
         ckpt = _checkpoints(tmp)
-        cases = detect_cases(tmp, ckpt) + test_cases(tmp, ckpt) + train_cases(tmp)
+        cases = detect_cases(tmp, ckpt) + test_cases(tmp, ckpt) + train_cases(tmp) + export_cases(tmp, ckpt)
         outcomes = []
         for case in (c for c in cases if opt.k in c.name):
             outcomes.append(run_case(case, tmp))
