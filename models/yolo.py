@@ -40,12 +40,16 @@ class Detect(nn.Module):
         self._grids: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def forward(self, x: list[torch.Tensor]):
-        """Training: per-level raw maps (B, na, ny, nx, no). Eval: (decoded (B, N, no), raw maps)."""
+        """Training: per-level raw maps (B, na, ny, nx, no), views in the convolution's memory layout.
+        Eval: (decoded (B, N, no), raw maps), contiguous."""
         outputs = []
         for i in range(self.nl):
             p = self.m[i](x[i])
             bs, _, ny, nx = p.shape
-            outputs.append(p.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous())
+            p = p.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2)
+            # Training maps stay views of the convolution output: the loss reads a few cells and one channel, and
+            # a copy here would cost two full copies per level and step (forward and backward). Same values.
+            outputs.append(p if self.training else p.contiguous())
         if self.training:
             return outputs
         return torch.cat([self.decode(i, p) for i, p in enumerate(outputs)], 1), outputs

@@ -7,6 +7,7 @@ import torch
 import torchvision
 from torch import nn
 
+import utils.loss as loss_module
 from models.yolo import Model
 from utils.loss import ComputeLoss, FocalLoss, bbox_iou, smooth_bce
 
@@ -214,3 +215,57 @@ def test_one_training_step_reduces_the_loss():
         total.backward()
         opt.step()
     assert losses[-1] < losses[0]
+
+
+# A fixed batch whose first two targets share image, anchor and cells: their gradients must add up.
+FIXED_TARGETS = torch.tensor(
+    [[0, 0, 0.5, 0.5, 0.3, 0.4], [0, 0, 0.5, 0.5, 0.3, 0.4], [0, 2, 0.2, 0.3, 0.1, 0.1], [1, 1, 0.7, 0.6, 0.5, 0.2]]
+)
+
+
+def _fixed_model_and_images():
+    """yolov5n (3 classes, seed 0) in NHWC training mode, as the Trainer runs it on the CPU, and 2 random images."""
+    torch.manual_seed(0)
+    model = Model("yolov5n.yaml", nc=3).train().to(memory_format=torch.channels_last)
+    images = torch.rand(2, 3, 64, 64).contiguous(memory_format=torch.channels_last)
+    return model, images
+
+
+def test_loss_and_gradients_equal_values_recorded_before_the_speedups():
+    # Recorded with the code before the training-speed changes (contiguous Detect maps, plain indexing, in-place
+    # SiLU, plain cat), one thread, this seed and batch.
+    model, images = _fixed_model_and_images()
+    total, items = ComputeLoss(model, HYP)(model(images), FIXED_TARGETS)
+    assert total.item() == pytest.approx(2.462080478668213, rel=1e-5)
+    assert items.tolist() == pytest.approx([0.08026283234357834, 0.44915303587913513, 0.70162433385849], rel=1e-5)
+    total.backward()
+    norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
+    assert norm.item() == pytest.approx(137.56153869628906, rel=1e-4)
+    assert model.model[0].conv.weight.grad.abs().sum().item() == pytest.approx(1599.923828125, rel=1e-4)
+
+
+def _plain_cells_and_objectness(pi, b, a, gj, gi):
+    return pi[b, a, gj, gi], pi[..., 4]
+
+
+def test_one_gradient_buffer_in_the_maps_layout_equals_plain_indexing(monkeypatch):
+    model, images = _fixed_model_and_images()
+    with torch.no_grad():
+        maps = model(images)
+    assert not maps[0].is_contiguous()  # training maps are views of the NHWC convolution output
+
+    def loss_and_grads():
+        preds = [m.detach().requires_grad_() for m in maps]
+        total, items = ComputeLoss(model, HYP)(preds, FIXED_TARGETS)
+        total.backward()
+        return total, items, [p.grad for p in preds]
+
+    total, items, grads = loss_and_grads()
+    assert all(g.stride() == m.stride() for g, m in zip(grads, maps))  # no copy back into the NHWC layout
+    monkeypatch.setattr(
+        loss_module._CellsAndObjectness, "apply", lambda pi, b, a, gj, gi: (pi[b, a, gj, gi], pi[..., 4])
+    )
+    plain_total, plain_items, plain_grads = loss_and_grads()
+    assert torch.equal(total, plain_total) and torch.equal(items, plain_items)
+    assert all(torch.equal(g, p) for g, p in zip(grads, plain_grads))
+    assert grads[0].abs().sum() > 0

@@ -86,6 +86,30 @@ class FocalLoss(nn.Module):
         return loss
 
 
+class _CellsAndObjectness(torch.autograd.Function):
+    """From one level's map (B, na, ny, nx, no): the rows of the matched cells and the objectness channel.
+
+    Same values as pi[b, a, gj, gi] and pi[..., 4]. Autograd would give each its own zero-filled gradient of the
+    whole map, in row-major layout, which then has to be added and copied back into the convolution's layout
+    (NHWC on the CPU). This backward fills one gradient in the map's own layout, with the same sums."""
+
+    @staticmethod
+    def forward(ctx, pi: torch.Tensor, b: torch.Tensor, a: torch.Tensor, gj: torch.Tensor, gi: torch.Tensor):
+        ctx.save_for_backward(b, a, gj, gi)
+        ctx.layout = (pi.shape, pi.stride(), pi.dtype, pi.device)
+        return pi[b, a, gj, gi], pi[..., 4]
+
+    @staticmethod
+    def backward(ctx, grad_cells: torch.Tensor | None, grad_obj: torch.Tensor | None):
+        shape, stride, dtype, device = ctx.layout
+        grad = torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
+        if grad_cells is not None:  # duplicate cells add up, in index order, as the index backward does
+            grad.index_put_(ctx.saved_tensors, grad_cells, accumulate=True)
+        if grad_obj is not None:
+            grad[..., 4] += grad_obj
+        return grad, None, None, None, None
+
+
 class ComputeLoss:
     """YOLOv5 loss for a Model: call with (per-level raw maps, targets (n, 6)) -> (loss * batch, [box, obj, cls])."""
 
@@ -114,10 +138,11 @@ class ComputeLoss:
         for i, pi in enumerate(preds):
             b, a, gj, gi = indices[i]
             tobj = torch.zeros(pi.shape[:4], dtype=torch.float32, device=device)
+            cells, pobj = _CellsAndObjectness.apply(pi, b, a, gj, gi)
             n = b.shape[0]
             if n:
                 # Float32 here: under fp16 autocast the width/height terms can underflow.
-                pxy, pwh, _, pcls = pi[b, a, gj, gi].float().split((2, 2, 1, self.nc), 1)
+                pxy, pwh, _, pcls = cells.float().split((2, 2, 1, self.nc), 1)
                 pxy = pxy.sigmoid() * 2 - 0.5
                 pwh = (pwh.sigmoid() * 2) ** 2 * anchors[i]
                 iou = bbox_iou(torch.cat((pxy, pwh), 1), tbox[i], CIoU=True).squeeze(1)
@@ -131,7 +156,7 @@ class ComputeLoss:
                     t[torch.arange(n, device=device), tcls[i]] = self.cp
                     lcls = lcls + self.bce_cls(pcls, t)
 
-            lobj = lobj + self.bce_obj(pi[..., 4].float(), tobj) * self.balance[i]
+            lobj = lobj + self.bce_obj(pobj.float(), tobj) * self.balance[i]
 
         lbox = lbox * self.hyp["box"]
         lobj = lobj * self.hyp["obj"]
