@@ -1,6 +1,7 @@
 """Building blocks of the YOLOv5 v6+ architecture."""
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -19,7 +20,11 @@ class Conv(nn.Module):
         self.act = nn.SiLU(inplace=True) if act else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.bn(self.conv(x)))
+        y = self.bn(self.conv(x))
+        if y.requires_grad and isinstance(self.act, nn.SiLU):
+            # In training, an in-place SiLU makes autograd save a copy of its input: out of place is one copy less.
+            return F.silu(y)
+        return self.act(y)
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(self.conv(x))
@@ -43,6 +48,42 @@ class Conv(nn.Module):
         self.conv = fused
         del self.bn
         self.forward = self.forward_fused
+
+
+class _CatWithDenseGradients(torch.autograd.Function):
+    """torch.cat whose backward gives each input its gradient as a dense tensor in that input's memory format.
+
+    Plain cat hands back strided slices of the output gradient; on the CPU, element-wise backward kernels (SiLU,
+    upsampling, additions) fall to scalar loops on such slices: a channel slice of an NHWC gradient has only a
+    few contiguous floats per pixel. One copy per input here costs less than those loops."""
+
+    @staticmethod
+    def forward(ctx, dim: int, *tensors: torch.Tensor) -> torch.Tensor:
+        ctx.dim = dim
+        ctx.sizes = [t.shape[dim] for t in tensors]
+        ctx.formats = [_memory_format(t) for t in tensors]
+        return torch.cat(tensors, dim)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        slices = grad.split(ctx.sizes, ctx.dim)
+        needed = ctx.needs_input_grad[1:]
+        return (None, *(s.contiguous(memory_format=f) if n else None for s, f, n in zip(slices, ctx.formats, needed)))
+
+
+def _memory_format(t: torch.Tensor) -> torch.memory_format:
+    """channels_last for NHWC 4-d tensors, else the default (row-major) format."""
+    nhwc = t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+    return torch.channels_last if nhwc else torch.contiguous_format
+
+
+def cat(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...], dim: int = 1) -> torch.Tensor:
+    """torch.cat; when autograd records it on the CPU, the inputs get dense gradients (see _CatWithDenseGradients)."""
+    # CUDA kernels take strided slices in their stride; traces (exports, TensorBoard graphs) keep the plain op.
+    recorded = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    if recorded and tensors[0].device.type == "cpu" and not torch.jit.is_tracing():
+        return _CatWithDenseGradients.apply(dim, *tensors)
+    return torch.cat(tensors, dim)
 
 
 class Bottleneck(nn.Module):
@@ -72,7 +113,7 @@ class C3(nn.Module):
         self.m = nn.Sequential(*(Bottleneck(hidden, hidden, shortcut, g, e=1.0) for _ in range(n)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.cv3(torch.cat((self.m(self.cv1(x)), self.cv2(x)), 1))
+        return self.cv3(cat((self.m(self.cv1(x)), self.cv2(x)), 1))
 
 
 class SPPF(nn.Module):
@@ -89,7 +130,7 @@ class SPPF(nn.Module):
         x = self.cv1(x)
         y1 = self.m(x)
         y2 = self.m(y1)
-        return self.cv2(torch.cat((x, y1, y2, self.m(y2)), 1))
+        return self.cv2(cat((x, y1, y2, self.m(y2)), 1))
 
 
 class Concat(nn.Module):
@@ -100,4 +141,4 @@ class Concat(nn.Module):
         self.d = dimension
 
     def forward(self, x: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat(x, self.d)
+        return cat(x, self.d)

@@ -4,6 +4,9 @@ import pytest
 import torch
 from torch import nn
 
+import models.common as common
+from models.yolo import Model
+from utils.loss import ComputeLoss
 from utils.torch_utils import ModelEMA
 from utils.train_step import NBS, TrainingParts, apply_warmup, loss_gains, train_step, warmup_values
 
@@ -117,3 +120,34 @@ def test_non_finite_gradient_without_a_scaler_is_dropped():
     result = train_step(parts, torch.randn(8, 4), torch.randn(8, 1), update=True)
     assert result.skipped == "gradient" and not result.stepped and parts.ema.updates == 0
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(parts.model)))
+
+
+def _model_gradients(model, images, targets) -> list[torch.Tensor]:
+    model.zero_grad()
+    hyp = {"box": 0.05, "obj": 1.0, "cls": 0.5, "cls_pw": 1.0, "obj_pw": 1.0, "anchor_t": 4.0}
+    ComputeLoss(model, hyp)(model(images), targets)[0].backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def _plain_conv_forward(self, x):
+    return self.act(self.bn(self.conv(x)))  # in-place SiLU, as before
+
+
+def test_training_speedups_leave_the_gradients_unchanged(monkeypatch):
+    torch.manual_seed(0)
+    model = Model("yolov5n.yaml", nc=3).train().to(memory_format=torch.channels_last)
+    images = torch.rand(2, 3, 64, 64).contiguous(memory_format=torch.channels_last)
+    targets = torch.tensor([[0, 0, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.1]])
+    dense = []
+    c3 = model.model[2]  # its cat's inputs now get dense NHWC gradients: vectorised SiLU backward
+    c3.cv2.register_full_backward_hook(
+        lambda m, grad_in, grad_out: dense.append(grad_out[0].is_contiguous(memory_format=torch.channels_last))
+    )
+    grads = _model_gradients(model, images, targets)
+    assert dense == [True]
+    monkeypatch.setattr(common, "cat", torch.cat)
+    monkeypatch.setattr(common.Conv, "forward", _plain_conv_forward)
+    plain = _model_gradients(model, images, targets)
+    # Float rounding only: vectorised and scalar SiLU backward kernels round differently in the last bits.
+    assert all((g - p).abs().max() <= 1e-5 * p.abs().max() for g, p in zip(grads, plain))
+    assert sum(torch.equal(g, p) for g, p in zip(grads, plain)) > len(grads) // 2  # most are bit-identical
