@@ -1,12 +1,21 @@
 """Device parsing, the precision policy (FP16 on fast CUDA GPUs, float32 on CPU) and bfloat16 inference."""
 
 import contextlib
+import ctypes
+import platform
 
 import pytest
 import torch
 
 from models.yolo import Model
-from utils.torch_utils import DeviceError, cpu_supports_bf16, prepare_for_inference, resolve_half, select_device
+from utils.torch_utils import (
+    DeviceError,
+    cpu_supports_bf16,
+    prepare_for_inference,
+    resolve_half,
+    retain_freed_memory,
+    select_device,
+)
 
 
 def test_select_device():
@@ -120,3 +129,16 @@ def test_test_py_refuses_an_absent_device(monkeypatch, tmp_path, shared, log):
         errors = [m for m in log.messages if m.startswith("ERROR")]
         assert code == 1 and len(errors) == 1 and words in errors[0] and "\n" not in errors[0], log.messages
     assert not (tmp_path / "runs").exists()  # nothing ran, no empty run folder
+
+
+def test_retain_freed_memory_tunes_glibc_and_declines_elsewhere(monkeypatch):
+    assert retain_freed_memory() is (platform.libc_ver()[0] == "glibc")
+    x = torch.rand(4096, 4096)  # 64 MiB: above glibc's largest mmap threshold, now served from the heap
+    assert torch.equal(x * 1.0, x)
+    del x
+
+    def no_glibc(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_glibc)  # macOS, Windows, musl: nothing to tune
+    assert retain_freed_memory() is False

@@ -1,6 +1,7 @@
-"""Device selection, precision policy, timing, seeding and the weight EMA."""
+"""Device selection, precision policy, CPU memory reuse, timing, seeding and the weight EMA."""
 
 import contextlib
+import ctypes
 import math
 import os
 import random
@@ -109,6 +110,28 @@ def cpu_supports_bf16() -> bool:
         return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+# glibc's malloc serves blocks above its mmap threshold (at most 32 MiB) with fresh mmap()s and unmaps them on
+# free, so every large activation of a CPU training step comes back as new pages the kernel must fault in and
+# zero. yolov5n, batch 16, 640: about 2.1 GiB of page faults and 1.0 s of system time per step. These mallopt()
+# parameters (M_MMAP_MAX, M_TRIM_THRESHOLD) keep freed blocks in the heap for the next step instead.
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_TRIM_THRESHOLD_BYTES = 2**31 - 1  # mallopt() takes an int: never give memory back below 2 GiB of free heap top
+
+
+def retain_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory for reuse instead of returning it to the OS; False where not glibc.
+
+    Results are unchanged: only where tensors are allocated. The process's resident memory then stays at its
+    peak (a training step reaches the same peak either way)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, Windows, musl): nothing to tune
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES))
 
 
 def time_sync(device: torch.device | None = None) -> float:
