@@ -122,6 +122,27 @@ def test_non_finite_gradient_without_a_scaler_is_dropped():
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(parts.model)))
 
 
+def test_ema_update_blends_every_float_tensor_as_the_per_tensor_formula():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    ema = ModelEMA(model, updates=100)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+        model[1].running_mean.add_(1.0)
+    model[1].num_batches_tracked += 7  # an integer buffer: not averaged
+    before = {k: v.clone() for k, v in ema.ema.state_dict().items()}
+    ema.update(model)
+    d = ema.decay(101)
+    current = model.state_dict()
+    for k, v in ema.ema.state_dict().items():
+        if v.dtype.is_floating_point:
+            assert torch.equal(v, before[k].mul(d).add_(current[k], alpha=1 - d)), k
+        else:
+            assert torch.equal(v, before[k]), k
+    assert ema.updates == 101
+
+
 def _model_gradients(model, images, targets) -> list[torch.Tensor]:
     model.zero_grad()
     hyp = {"box": 0.05, "obj": 1.0, "cls": 0.5, "cls_pw": 1.0, "obj_pw": 1.0, "anchor_t": 4.0}

@@ -174,6 +174,11 @@ class ModelEMA:
         self.updates += 1
         d = self.decay(self.updates)
         model_state = de_parallel(model).state_dict()
+        averages, currents = [], []
         for k, v in self.ema.state_dict().items():
             if v.dtype.is_floating_point:
-                v.mul_(d).add_(model_state[k].detach(), alpha=1 - d)
+                averages.append(v)
+                currents.append(model_state[k].detach())
+        # One call per operation for all tensors: the same multiply and add per tensor, less Python overhead.
+        torch._foreach_mul_(averages, d)
+        torch._foreach_add_(averages, currents, alpha=1 - d)
