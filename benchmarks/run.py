@@ -26,7 +26,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from utils.torch_utils import cpu_supports_bf16, select_device  # noqa: E402
+from utils.torch_utils import cpu_supports_bf16, retain_freed_memory, select_device  # noqa: E402
 
 SHARED = REPO.parent / "shared"
 
@@ -205,7 +205,7 @@ def bench_train_epoch(data: Path, weights: Path, device: str, tmp: Path) -> dict
     return {"wall_s": round(wall, 1)}
 
 
-def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp: bool = False):
+def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp_dtype: torch.dtype | None = None):
     """train.py's model layout, optimizer groups, loss gains, EMA and GradScaler for the real training step."""
     from models.yolo import Model
     from utils.datasets import load_hyp
@@ -219,20 +219,51 @@ def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp: bool 
         model.to(memory_format=torch.channels_last)
     hyp = loss_gains(load_hyp(REPO / "data" / "hyp.scratch.yaml"), model.model[-1].nl, nc, imgsz)
     optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
-    scaler = torch.amp.GradScaler(dev.type, enabled=amp)
-    amp_dtype = torch.float16 if amp else None
+    scaler = torch.amp.GradScaler(dev.type, enabled=amp_dtype == torch.float16)
     return TrainingParts(model, optimizer, ComputeLoss(model, hyp), scaler, ModelEMA(model), amp_dtype), hyp
 
 
-def bench_train_steps(data: Path, device: str, imgsz: int, batch: int, steps: int, cfg: str = "yolov5n.yaml") -> dict:
+def _as_trainer_prepares(images: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """The Trainer's _prepare_images: uint8 -> 0-1 floats on the device, then NHWC on the CPU."""
+    images = images.to(dev, non_blocking=True).float() / 255
+    return images.contiguous(memory_format=torch.channels_last) if dev.type == "cpu" else images
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
+    """This machine's float32 GFLOP/s on a large matrix product (min time of repeats), with torch's threads."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up: first calls pay MKL's one-off setup
+    seconds = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        seconds.append(time.perf_counter() - t)
+    return 2 * size**3 / min(seconds) / 1e9
+
+
+def _step_gflop(parts, images: torch.Tensor, targets: torch.Tensor) -> float:
+    """FLOPs of one training step (forward and backward; the optimizer and EMA add too few to count), in GFLOP."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from utils.train_step import train_step
+
+    with FlopCounterMode(display=False) as counter:
+        train_step(parts, images, targets, update=True)
+    return counter.get_total_flops() / 1e9
+
+
+def bench_train_steps(
+    data: Path, device: str, imgsz: int, batch: int, steps: int, cfg: str = "yolov5n.yaml", bf16: bool = False
+) -> dict:
     """train.py's training step (utils.train_step: forward, loss, backward, clipping, SGD, EMA) per second on real
-    augmented batches, and the loader alone."""
+    augmented batches, the loader alone, and the compute floor: the step's FLOPs at the GFLOP/s of a large float32
+    matrix product measured in the same run."""
     from utils.datasets import create_dataloader, load_data_config
     from utils.train_step import train_step
 
     dev = select_device(device)
     cfg_data = load_data_config(data)
-    parts, hyp = _training_parts(cfg, cfg_data["nc"], imgsz, dev)
+    parts, hyp = _training_parts(cfg, cfg_data["nc"], imgsz, dev, torch.bfloat16 if bf16 else None)
     loader, _ = create_dataloader(cfg_data["train"], imgsz, batch, 32, hyp=hyp, augment=True, workers=2, shuffle=True)
     t0, n = time.perf_counter(), 0
     batches = []
@@ -246,16 +277,27 @@ def bench_train_steps(data: Path, device: str, imgsz: int, batch: int, steps: in
     times = []
     for i, (imgs, targets, _, _) in enumerate(batches * 2):
         t = time.perf_counter()
-        images = (imgs.to(dev).float() / 255).contiguous(memory_format=torch.channels_last)
-        train_step(parts, images, targets.to(dev), update=True)
+        train_step(parts, _as_trainer_prepares(imgs, dev), targets.to(dev), update=True)
         if i >= 1:  # the first step pays one-off allocation costs
             times.append(time.perf_counter() - t)
-    return {
-        "imgsz": imgsz,
-        "batch": batch,
-        "train_images_per_s": round(batch / statistics.median(times), 1),
-        "loader_images_per_s": round(loader_ips, 1),
-    }
+    images_per_s = batch / statistics.median(times)
+    gflop = _step_gflop(parts, _as_trainer_prepares(batches[0][0], dev), batches[0][1].to(dev))
+    result = {"imgsz": imgsz, "batch": batch, "precision": "bf16 autocast" if bf16 else "float32"}
+    result |= {"train_images_per_s": round(images_per_s, 1), "loader_images_per_s": round(loader_ips, 1)}
+    if dev.type == "cpu":
+        gflops = matmul_gflops()
+        floor = batch / (gflop / gflops)
+        result |= {"step_gflop": round(gflop, 1), "matmul_gflops": round(gflops, 1)}
+        result |= {"floor_images_per_s": round(floor, 1), "fraction_of_floor": round(images_per_s / floor, 2)}
+    return result
+
+
+def _train_steps(data: Path, device: str) -> list[dict]:
+    """Training steps at 320 and 640 in float32, and under bfloat16 autocast (--amp) where the CPU has it."""
+    rows = [bench_train_steps(data, device, s, 16, 6) for s in (320, 640)]
+    if select_device(device).type == "cpu" and cpu_supports_bf16():
+        rows += [bench_train_steps(data, device, s, 16, 6, bf16=True) for s in (320, 640)]
+    return rows
 
 
 def bench_metric(n_images: int) -> dict:
@@ -299,7 +341,7 @@ def bench_cuda(device: str, steps: int) -> dict:
     ).to(dev)
     for amp in (False, True):
         torch.manual_seed(0)
-        parts, _ = _training_parts("yolov5s.yaml", 80, 640, dev, amp=amp)
+        parts, _ = _training_parts("yolov5s.yaml", 80, 640, dev, torch.float16 if amp else None)
         torch.cuda.reset_peak_memory_stats(dev)
         step = functools.partial(train_step, parts, images, targets, True)
         seconds = _cuda_median_seconds(step, dev, steps)
@@ -325,6 +367,21 @@ def bench_cuda(device: str, steps: int) -> dict:
     return out
 
 
+def _train_row(r: dict) -> str:
+    """A markdown row for one training-step figure, with the compute floor where it was measured."""
+    floor = ""
+    if "floor_images_per_s" in r:
+        floor = (
+            f"; compute floor {r['floor_images_per_s']} images/s ({r['step_gflop']} GFLOP per step at "
+            f"{r['matmul_gflops']} GFLOP/s float32 matmul): {r['fraction_of_floor']:.0%} of it"
+        )
+    return (
+        f"| training yolov5n {r['precision']} at {r['imgsz']}, batch {r['batch']} (real step: NHWC, clipping, SGD, "
+        f"EMA) | {r['train_images_per_s']} images/s{floor} (loader alone, 2 workers: "
+        f"{r['loader_images_per_s']} images/s) |"
+    )
+
+
 def markdown(results: dict) -> str:
     """The results as a markdown table, one row per figure."""
     rows = [f"Machine: {results['machine']}", "", "| benchmark | figure |", "| --- | --- |"]
@@ -348,11 +405,7 @@ def markdown(results: dict) -> str:
             f"| train.py 1 epoch COCO128 at 320, batch 16, with validation | "
             f"{results['train_epoch']['wall_s']} s wall |"
         )
-    for r in results.get("train_steps", []):
-        rows.append(
-            f"| training yolov5n at {r['imgsz']}, batch {r['batch']} | {r['train_images_per_s']} images/s "
-            f"(loader alone, 2 workers: {r['loader_images_per_s']} images/s) |"
-        )
+    rows += [_train_row(r) for r in results.get("train_steps", [])]
     if "metric" in results:
         m = results["metric"]
         rows.append(
@@ -414,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
             results["test"] = bench_test(data, opt.weights, opt.device, tmp, repeats=2)
         if "train" in opt.only:
             results["train_epoch"] = bench_train_epoch(data, opt.weights, opt.device, tmp)
-            results["train_steps"] = [bench_train_steps(data, opt.device, s, 16, 6) for s in (320, 640)]
+            retain_freed_memory()  # as the Trainer does: a step's large blocks are reused, not faulted in anew
+            results["train_steps"] = _train_steps(data, opt.device)
         if "metric" in opt.only:
             results["metric"] = bench_metric(opt.metric_images)
         if "cuda" in opt.only and cuda:
