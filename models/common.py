@@ -51,30 +51,31 @@ class Conv(nn.Module):
 
 
 class _CatWithDenseGradients(torch.autograd.Function):
-    """torch.cat whose backward gives each input its gradient as a dense tensor in that input's memory format.
+    """torch.cat whose backward gives each NHWC input its gradient as a dense NHWC tensor.
 
     Plain cat hands back strided slices of the output gradient; on the CPU, element-wise backward kernels (SiLU,
     upsampling, additions) fall to scalar loops on such slices: a channel slice of an NHWC gradient has only a
-    few contiguous floats per pixel. One copy per input here costs less than those loops."""
+    few contiguous floats per pixel. One copy per input here costs less than those loops. (A channel slice of
+    an NCHW gradient keeps whole contiguous planes and is passed on as it is.)"""
 
     @staticmethod
     def forward(ctx, dim: int, *tensors: torch.Tensor) -> torch.Tensor:
         ctx.dim = dim
         ctx.sizes = [t.shape[dim] for t in tensors]
-        ctx.formats = [_memory_format(t) for t in tensors]
+        ctx.nhwc = [_is_nhwc(t) for t in tensors]
         return torch.cat(tensors, dim)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        slices = grad.split(ctx.sizes, ctx.dim)
-        needed = ctx.needs_input_grad[1:]
-        return (None, *(s.contiguous(memory_format=f) if n else None for s, f, n in zip(slices, ctx.formats, needed)))
+        grads = []
+        for s, nhwc, needed in zip(grad.split(ctx.sizes, ctx.dim), ctx.nhwc, ctx.needs_input_grad[1:]):
+            grads.append(None if not needed else s.contiguous(memory_format=torch.channels_last) if nhwc else s)
+        return (None, *grads)
 
 
-def _memory_format(t: torch.Tensor) -> torch.memory_format:
-    """channels_last for NHWC 4-d tensors, else the default (row-major) format."""
-    nhwc = t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
-    return torch.channels_last if nhwc else torch.contiguous_format
+def _is_nhwc(t: torch.Tensor) -> bool:
+    """Whether t is a 4-d tensor laid out channels-last (and not also row-major, as 1x1 maps or one channel are)."""
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
 
 
 def cat(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...], dim: int = 1) -> torch.Tensor:
