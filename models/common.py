@@ -79,7 +79,7 @@ def _is_nhwc(t: torch.Tensor) -> bool:
 
 
 def cat(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...], dim: int = 1) -> torch.Tensor:
-    """torch.cat; when autograd records it on the CPU, the inputs get dense gradients (see _CatWithDenseGradients)."""
+    """torch.cat; when autograd records it on the CPU, NHWC inputs get dense gradients (_CatWithDenseGradients)."""
     # CUDA kernels take strided slices in their stride; traces (exports, TensorBoard graphs) keep the plain op.
     recorded = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     if recorded and tensors[0].device.type == "cpu" and not torch.jit.is_tracing():
