@@ -107,3 +107,44 @@ def test_new_run_folder_numbers_runs_and_refuses_a_file(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(TrainError, match="is a file, not a folder"):
         trainer.new_run_folder(str(tmp_path / "file"), "exp", False)
+
+
+class EvaluateCounter(Callback):
+    """Counts the Trainer's evaluations (live ones and the final one) by wrapping Trainer.evaluate at the start."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_train_start(self, tr):
+        evaluate = tr.evaluate
+
+        def counted(model, plots, verbose=False):
+            self.calls.append((plots, verbose))
+            return evaluate(model, plots, verbose)
+
+        tr.evaluate = counted
+
+
+def test_best_pt_of_the_last_epoch_is_not_validated_twice(shapes_yaml, tmp_path, log):
+    counter = EvaluateCounter()
+    args = [a for a in FAST if a != "--noplots"]
+    assert _train("--data", shapes_yaml, *args, "--epochs", 2, "--project", tmp_path, callbacks=[counter]) == 0
+    # Epoch 0 plain, epoch 1 (the last, and best: equal fitness counts as best) with plots and the per-class table.
+    assert counter.calls == [(False, False), (True, True)]
+    assert "holds the final epoch's weights" in log.text and "Validating" not in log.text
+    assert (tmp_path / "exp" / "PR_curve.png").exists() and (tmp_path / "exp" / "confusion_matrix.png").exists()
+
+
+def test_an_earlier_best_pt_is_validated_at_the_end(shapes_yaml, tmp_path, monkeypatch, log):
+    real = trainer.epoch_result
+
+    def falling_fitness(epoch, *rest):  # epoch 0 scores best, so best.pt keeps epoch 0's weights
+        result = real(epoch, *rest)
+        result.fitness = 1.0 - epoch * 0.5
+        return result
+
+    monkeypatch.setattr(trainer, "epoch_result", falling_fitness)
+    counter = EvaluateCounter()
+    assert _train("--data", shapes_yaml, *FAST, "--epochs", 2, "--project", tmp_path, callbacks=[counter]) == 0
+    assert counter.calls == [(False, False), (False, True), (False, True)]  # best.pt scored again at the end
+    assert f"Validating {tmp_path / 'exp' / 'weights' / 'best.pt'}" in log.text

@@ -35,7 +35,7 @@ from utils.files import increment_path
 from utils.image_weights import sample_indices
 from utils.log import LOGGER
 from utils.loss import ComputeLoss
-from utils.torch_utils import ModelEMA, de_parallel, init_seeds
+from utils.torch_utils import ModelEMA, de_parallel, init_seeds, retain_freed_memory
 from utils.train_setup import (
     EarlyStopping,
     TrainError,
@@ -209,6 +209,8 @@ class Trainer:
         self.callbacks = Callbacks(default_callbacks(self.plots) + list(callbacks or []) if self.main_process else [])
         self.start_epoch, self.best_fitness = 0, 0.0
         self.validation: ValidationResult | None = None  # the latest
+        self.full_validation_epoch: int | None = None  # the last epoch, validated with plots and per-class table
+        self.best_epoch_saved: int | None = None  # the epoch whose weights best.pt holds, when this run wrote it
 
     # Stages ----------------------------------------------------------------------------------------------------------
 
@@ -247,6 +249,7 @@ class Trainer:
         self.channels_last = self.device.type == "cpu"  # oneDNN trains convolutions about 20% faster in NHWC
         if self.channels_last:
             model.to(memory_format=torch.channels_last)
+            retain_freed_memory()  # freed activations are reused, not page-faulted in anew every step
         freeze_layers(model, opt.freeze)
         self.grid = max(int(model.stride.max()), 32)
         self.imgsz = check_img_size(opt.imgsz, self.grid, floor=self.grid * 2)
@@ -307,8 +310,11 @@ class Trainer:
     def validate(self, epoch: int, train_losses: list[float], final: bool) -> EpochResult:
         """Validate the EMA weights (with --noval only the final epoch); the epoch's result."""
         if not self.opt.noval or final:
-            # Score exactly the weights the checkpoint will hold.
-            self.validation = self.evaluate(fp16_rounded(self.parts.ema.ema), plots=False)
+            # Score exactly the weights the checkpoint will hold. The last epoch is scored in full (plots, per-class
+            # table), so that finish() need not score best.pt again when it holds these same weights.
+            last = epoch + 1 == self.epochs
+            self.validation = self.evaluate(fp16_rounded(self.parts.ema.ema), plots=last and self.plots, verbose=last)
+            self.full_validation_epoch = epoch if last else None
         # With --noval, the previous validation (zeros before the first) is listed again.
         return epoch_result(epoch, train_losses, self.lrs, self.validation)
 
@@ -333,7 +339,9 @@ class Trainer:
             date=datetime.now().isoformat(),
         )
         files = [self.last]
-        files += [self.best] if self.best_fitness == result.fitness else []
+        if self.best_fitness == result.fitness:
+            files.append(self.best)
+            self.best_epoch_saved = result.epoch
         period = self.opt.save_period
         files += [self.last.parent / f"epoch{result.epoch}.pt"] if period > 0 and result.epoch % period == 0 else []
         for file in files:
@@ -341,13 +349,19 @@ class Trainer:
             self.callbacks.on_checkpoint_saved(self, file, result)
 
     def finish(self, result: EpochResult | None) -> EpochResult | None:
-        """Strip the optimizer from the checkpoints, validate best.pt with plots; on_train_end."""
+        """Strip the optimizer from the checkpoints, validate best.pt with plots (unless the last epoch's full
+        validation already scored these weights); on_train_end."""
         for f in (self.last, self.best):
             if f.exists():
                 strip_optimizer(f)
-        if self.best.exists():
+        if self.best.exists() and self.best_epoch_saved == self.full_validation_epoch:
+            LOGGER.info(f"\n{self.best} holds the final epoch's weights: the validation above is its final result")
+        elif self.best.exists():
             LOGGER.info(f"\nValidating {self.best}...")
-            final = self.evaluate(load_model(self.best, device=self.device), plots=self.plots, verbose=True)
+            best = load_model(self.best, device=self.device)
+            if self.channels_last:
+                best.to(memory_format=torch.channels_last)
+            final = self.evaluate(best, plots=self.plots, verbose=True)
             result = epoch_result(result.epoch, result.train_losses, result.lrs, final)
         self.callbacks.on_train_end(self, result)
         return result
@@ -362,6 +376,7 @@ class Trainer:
             plots=plots,
             verbose=verbose,
             half=self.parts.amp_dtype == torch.float16,  # FP16 autocast as trained; bfloat16 runs are scored in FP32
+            channels_last=self.channels_last,
         )
         return evaluate(model, self.val_loader, list(self.data["names"]), self.compute_loss, options)
 
