@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import yaml
 
-from utils.callbacks import Callback
+from utils.callbacks import RESULT_COLUMNS, Callback
 from utils.datasets import HYP_KEYS, HYP_OPTIONAL, load_hyp
 from utils.log import LOGGER
 from utils.torch_utils import select_device
@@ -86,15 +86,8 @@ GAIN_MIN, GAIN_MAX = 0.3, 3.0  # a single mutation changes a value by at most th
 SIGNIFICANT_DIGITS = 5
 MAX_MUTATION_TRIES = 1000
 PARENTS = 5  # a parent is drawn from this many fittest generations
-METRIC_COLUMNS = (
-    "metrics/precision",
-    "metrics/recall",
-    "metrics/mAP50",
-    "metrics/mAP50-95",
-    "val/box_loss",
-    "val/obj_loss",
-    "val/cls_loss",
-)
+# results.csv's precision, recall, mAP50, mAP50-95 and the three val losses, with the same names
+METRIC_COLUMNS = tuple(RESULT_COLUMNS[RESULT_COLUMNS.index("metrics/precision") : RESULT_COLUMNS.index("lr/pg0")])
 
 
 class EvolveError(TrainError):
