@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from utils.log import LOGGER
+from utils.shapes import generate_shapes, write_data_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -60,3 +61,11 @@ def log(caplog):
     caplog.set_level(logging.INFO, logger="yolo")
     yield caplog
     LOGGER.removeHandler(caplog.handler)
+
+
+@pytest.fixture(scope="session")
+def shapes_yaml(tmp_path_factory):
+    """16 train and 8 val shapes images of 64 px and a data YAML for them, shared by the training tests (read-only)."""
+    folder = tmp_path_factory.mktemp("shapes")
+    root = generate_shapes(folder / "shapes", n_train=16, n_val=8, img_size=64)
+    return write_data_yaml(root, folder / "shapes.yaml")

@@ -10,17 +10,9 @@ import train
 from models.yolo import Model
 from utils import train_options
 from utils.autobatch import DEFAULT_BATCH, autobatch, fit_batch_size
-from utils.shapes import generate_shapes, write_data_yaml
 from utils.train_setup import TrainError, freeze_layers
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots"]
-
-
-@pytest.fixture(scope="module")
-def shapes_yaml(tmp_path_factory):
-    """12 train and 4 val shapes images of 64 px."""
-    folder = tmp_path_factory.mktemp("shapes")
-    return write_data_yaml(generate_shapes(folder / "shapes", n_train=12, n_val=4, img_size=64), folder / "s.yaml")
 
 
 # AutoBatch

@@ -12,18 +12,10 @@ import torch
 
 import train
 from utils.callbacks import Callback
-from utils.shapes import generate_shapes, write_data_yaml
 from utils.trainer import quad_scaled
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots", "--noautoanchor"]
-
-
-@pytest.fixture(scope="module")
-def shapes_yaml(tmp_path_factory):
-    """16 train and 8 val shapes images of 64 px."""
-    folder = tmp_path_factory.mktemp("shapes")
-    return write_data_yaml(generate_shapes(folder / "shapes", n_train=16, n_val=8, img_size=64), folder / "s.yaml")
 
 
 class Recorder(Callback):

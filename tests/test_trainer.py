@@ -10,18 +10,9 @@ import train
 from models.yolo import Model
 from utils import trainer
 from utils.callbacks import Callback
-from utils.shapes import generate_shapes, write_data_yaml
 from utils.train_setup import TrainError
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0", "--noplots"]
-
-
-@pytest.fixture(scope="module")
-def shapes_yaml(tmp_path_factory):
-    """16 train and 8 val shapes images of 64 px, and a data YAML for them."""
-    folder = tmp_path_factory.mktemp("shapes")
-    root = generate_shapes(folder / "shapes", n_train=16, n_val=8, img_size=64)
-    return write_data_yaml(root, folder / "shapes.yaml")
 
 
 class Recorder(Callback):
