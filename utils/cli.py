@@ -17,7 +17,11 @@ from utils.log import LOGGER, one_line
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse.ArgumentParser whose errors are one line (no usage block), exit code 2."""
+    """argparse.ArgumentParser whose errors are one line (no usage block), exit code 2; --help shows defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         """Print the error as one line and exit 2."""

@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from utils.errors import YoloError
+from utils.files import resolve_bare_name
 from utils.log import LOGGER
 
 GITHUB_RELEASE = "https://github.com/ultralytics/yolov5/releases/download/v7.0"
@@ -72,17 +73,16 @@ def safe_download(url: str, file: str | Path, timeout: float = 30.0, min_bytes: 
 def attempt_download_weights(
     weights: str | Path, weights_dir: str | Path = WEIGHTS_DIR, base_url: str = GITHUB_RELEASE, timeout: float = 30.0
 ) -> Path:
-    """Path to a weights file: as given if it exists, else weights_dir/<name>, downloaded from the release if needed.
+    """Path to a weights file or export: as given if it exists; a bare name missing here from weights_dir (with a
+    log line), downloaded from the release when it is an official asset.
 
-    Names other than official release assets (yolov5n.pt ... yolov5x6.pt) are returned as given when
-    missing, so the checkpoint loader reports them as not found.
+    A path with a folder part (`/some/dir/yolov5n.pt`) is never swapped for weights/yolov5n.pt: it is returned
+    as given when missing, so the loader reports it as not found. So are other missing names.
     """
     path = Path(weights)
-    if path.is_file():
-        return path
-    local = Path(weights_dir) / path.name
-    if local.is_file():
-        return local
+    found = resolve_bare_name(path, Path(weights_dir), "weights")
+    if found is not None:
+        return found
     if str(path) != path.name or not RELEASE_WEIGHTS.fullmatch(path.name):
         return path
-    return safe_download(f"{base_url.rstrip('/')}/{path.name}", local, timeout=timeout, min_bytes=100_000)
+    return safe_download(f"{base_url.rstrip('/')}/{path.name}", Path(weights_dir) / path.name, timeout, 100_000)

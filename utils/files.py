@@ -1,16 +1,107 @@
-"""Run folders and path helpers."""
+"""Run folders and path helpers.
 
+A run writes only into a run folder that a run created. `reserve_run_dir` makes the folder atomically
+(os.mkdir fails if another process took the name first) and leaves a marker file in it, so a later
+`--exist-ok` run, `--resume` or export can tell a run folder from a user's own folder (a dataset, photos).
+"""
+
+import os
 from pathlib import Path
+
+from utils.errors import YoloError
+from utils.log import LOGGER
+
+RUN_MARKER = ".yolo-run"  # written into every folder a run creates: what we may write into again
+
+
+class RunFolderError(YoloError):
+    """A run folder that cannot be created or is not ours to write into; one line."""
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True when path is a folder that one of our runs created (it holds the marker file)."""
+    return (Path(path) / RUN_MARKER).is_file()
+
+
+def _claim(path: Path) -> Path:
+    (path / RUN_MARKER).write_text("created by a yolo run: outputs here may be replaced by a run with --exist-ok\n")
+    return path
+
+
+def reserve_run_dir(path: str | Path, exist_ok: bool = False) -> Path:
+    """Create and return runs/x/exp, or exp2, exp3, ... when taken; with exist_ok, reuse exp if a run made it.
+
+    Concurrent runs never share a folder: each candidate is created with os.mkdir, which only one process wins.
+    A folder that exists but was not made by a run (no marker, not empty) is refused with one line, so
+    `--project`/`--name` pointing at a dataset or a folder of photos never writes there.
+    """
+    path = Path(path).absolute()
+    if path.exists() and not path.is_dir():
+        raise RunFolderError(f"cannot use {path} as the output folder: it is a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunFolderError(f"cannot create the output folder {path}: {e.strerror or e}") from None
+    if exist_ok:
+        return _reuse(path)
+    candidate, n = path, 2
+    while True:
+        try:
+            candidate.mkdir()
+            return _claim(candidate)
+        except FileExistsError:
+            candidate, n = Path(f"{path}{n}"), n + 1
+        except OSError as e:
+            raise RunFolderError(f"cannot create the output folder {candidate}: {e.strerror or e}") from None
+
+
+def _reuse(path: Path) -> Path:
+    """--exist-ok: the folder itself, created if missing; refused when it holds files a run did not write."""
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError as e:
+        raise RunFolderError(f"cannot create the output folder {path}: {e.strerror or e}") from None
+    if is_run_dir(path):
+        return path
+    if any(path.iterdir()):
+        raise RunFolderError(
+            f"--exist-ok: {path} was not created by a run (no {RUN_MARKER} file) and is not empty; "
+            "nothing there is overwritten: choose another --project/--name"
+        )
+    return _claim(path)
 
 
 def increment_path(path: str | Path, exist_ok: bool = False, mkdir: bool = False) -> Path:
-    """runs/detect/exp -> runs/detect/exp2, exp3, ... unless exist_ok; optionally create the folder."""
+    """runs/detect/exp -> runs/detect/exp2, exp3, ... unless exist_ok (a name only; reserve_run_dir creates)."""
     path = Path(path)
+    if mkdir:
+        return reserve_run_dir(path, exist_ok)
     if path.exists() and not exist_ok:
         n = 2
         while Path(f"{path}{n}").exists():
             n += 1
         path = Path(f"{path}{n}")
-    if mkdir:
-        path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def resolve_bare_name(name: str | Path, folder: Path, kind: str) -> Path | None:
+    """A file or folder as given if it exists; a bare name (no folder part) missing here, from `folder`, with a
+    log line; else None. A path with a folder part is never swapped for a same-named file elsewhere."""
+    path = Path(name)
+    if path.exists():
+        return path
+    if str(name) != path.name or not path.name:
+        return None
+    local = Path(folder) / path.name
+    if local.exists():
+        LOGGER.info(f"{kind}: using {local} ({path.name} is not in the current folder)")
+        return local
+    return None
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """True when the two paths name one existing file (hard links and symlinks included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
