@@ -22,7 +22,7 @@ from utils.log import set_logging
 from utils.resume import resume_options
 from utils.torch_utils import select_device
 from utils.train_options import batch_size_arg, check_options, default_hyp, smoothing_arg
-from utils.trainer import RANK, new_run_folder, start_distributed, train
+from utils.trainer import RANK, check_project, start_distributed, train
 
 ROOT = Path(__file__).resolve().parent
 
@@ -37,7 +37,8 @@ def build_parser() -> Parser:
         "--hyp",
         type=str,
         default="",
-        help="hyperparameter YAML (default: hyp.finetune.yaml with --weights, else scratch)",
+        help="hyperparameter YAML (default: data/hyp.scratch.yaml, YOLOv5's scratch-low values, from --weights and "
+        "from scratch alike; data/hyp.finetune.yaml is the VOC-evolved fine-tuning set)",
     )
     p.add_argument("--epochs", type=int_in(1), default=100)
     p.add_argument(
@@ -54,7 +55,7 @@ def build_parser() -> Parser:
     p.add_argument("--nosave", action="store_true", help="only save the final checkpoint")
     p.add_argument("--noval", action="store_true", help="only validate the final epoch")
     p.add_argument("--noautoanchor", action="store_true", help="disable AutoAnchor")
-    p.add_argument("--noplots", action="store_true", help="save no plot files")
+    p.add_argument("--noplots", "--no-plots", action="store_true", help="save no plot files (test.py: --no-plots)")
     p.add_argument("--cache", type=str, nargs="?", const="ram", help="cache images in 'ram' (default) or 'disk'")
     p.add_argument("--device", default="", help="cuda device, i.e. 0 or 0,1,2,3 or cpu")
     p.add_argument("--multi-scale", action="store_true", help="vary image size +/- 50%%")
@@ -102,11 +103,12 @@ def setup_run(opt: argparse.Namespace) -> tuple[dict, argparse.Namespace, torch.
         hyp = opt.hyp if isinstance(opt.hyp, dict) else load_hyp(opt.hyp)
     else:
         check_options(opt)
-        opt.hyp = opt.hyp or default_hyp(opt.weights)
+        check_project(opt.project)
+        opt.hyp = opt.hyp or default_hyp()
         hyp = load_hyp(opt.hyp)
+        opt.hyp_file = str(opt.hyp)  # opt.hyp becomes the values themselves; opt.yaml keeps where they came from
+        opt.save_dir = None  # the Trainer reserves a new run folder under --project/--name once set-up has worked
     device = start_distributed(select_device(opt.device), opt.batch_size)
-    if not opt.resume:
-        opt.save_dir = new_run_folder(opt.project, opt.name, opt.exist_ok)
     return hyp, opt, device, resume_ckpt
 
 

@@ -187,11 +187,12 @@ ROW = ",".join(["0.5"] * len(evolve.METRIC_COLUMNS) + [str(v) for v in BASE.valu
 def test_malformed_csv_is_a_one_line_error(tmp_path, shapes_yaml, text, message, log):
     folder = tmp_path / "exp"
     folder.mkdir()
+    (folder / ".yolo-run").write_text("")  # the marker of a folder an evolution made (utils.files.RUN_MARKER)
     (folder / "evolve.csv").write_text(text)
     assert train.main(_opt("--data", shapes_yaml, "--project", tmp_path, "--exist-ok")) == 1
     errors = [line for line in log.messages if line.startswith("ERROR")]
     assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0]
-    assert sorted(p.name for p in folder.iterdir()) == ["evolve.csv"]  # refused before anything trained
+    assert sorted(p.name for p in folder.iterdir()) == [".yolo-run", "evolve.csv"]  # refused before any training
     with pytest.raises(EvolveError, match=message):
         evolve.evolve(_opt("--data", shapes_yaml, "--project", tmp_path, "--exist-ok"))
 

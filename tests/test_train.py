@@ -93,7 +93,7 @@ def test_failed_save_keeps_previous_checkpoint(shapes_yaml, tmp_path, monkeypatc
 
     def save_then_fail(obj, f, *args, **kwargs):
         calls.append(1)
-        if len(calls) < 3:  # epoch 0: last.pt and best.pt
+        if len(calls) < 4:  # the starting last.pt, then epoch 0's last.pt and best.pt
             return real_save(obj, f, *args, **kwargs)
         f.write(b"PK\x03\x04 half a checkpoint")  # a partial write, then the disk fills up
         raise OSError(28, "No space left on device")

@@ -283,8 +283,8 @@ def _other_model_state(ckpt: dict) -> dict:
         ("other_model_weights", "training weights do not fit its model config"),
         ("other_model_optimizer", "optimizer state does not fit the model"),
         ("other_model_optimizer_buffers", "optimizer state does not fit the model"),
-        ("no_epoch", "'epoch' entry must be a whole number >= 0 (missing)"),
-        ("epoch_not_int", "'epoch' entry must be a whole number >= 0 (a str)"),
+        ("no_epoch", "'epoch' entry must be a whole number >= -1 (missing)"),
+        ("epoch_not_int", "'epoch' entry must be a whole number >= -1 (a str)"),
         ("no_train_model", "its training finished"),
         ("train_args_not_dict", "('train_args') are a list, not a mapping"),
         ("train_args_lack_epochs", "lack epochs"),
@@ -328,6 +328,7 @@ def test_resume_of_unusable_checkpoint_gives_one_line_error(case, message, inter
         del args["hyp"]["lr0"]
     last = tmp_path / "exp" / "weights" / "last.pt"
     last.parent.mkdir(parents=True)
+    (tmp_path / "exp" / ".yolo-run").write_text("")  # a run folder (utils.files.RUN_MARKER): resumed in place
     torch.save(ckpt, last)
     assert _train("--resume", tmp_path if case == "folder" else last) == 1
     assert message in _one_error(log)
@@ -337,6 +338,7 @@ def test_resume_of_unusable_checkpoint_gives_one_line_error(case, message, inter
 def test_resume_of_untouched_checkpoint_still_works(interrupted_last, tmp_path):
     last = tmp_path / "exp" / "weights" / "last.pt"
     last.parent.mkdir(parents=True)
+    (tmp_path / "exp" / ".yolo-run").write_text("")  # a run folder (utils.files.RUN_MARKER): resumed in place
     shutil.copy(interrupted_last, last)
     assert _train("--resume", last) == 0
     assert torch.load(last, weights_only=True)["epoch"] == 2

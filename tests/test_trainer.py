@@ -92,7 +92,7 @@ def test_fp16_rounded_is_a_rounded_copy():
 
 def test_new_run_folder_numbers_runs_and_refuses_a_file(tmp_path):
     assert trainer.new_run_folder(str(tmp_path), "exp", False) == str(tmp_path / "exp")
-    (tmp_path / "exp").mkdir()
+    assert (tmp_path / "exp").is_dir()  # reserved when chosen
     assert trainer.new_run_folder(str(tmp_path), "exp", False) == str(tmp_path / "exp2")
     assert trainer.new_run_folder(str(tmp_path), "exp", True) == str(tmp_path / "exp")
     (tmp_path / "file").write_text("")

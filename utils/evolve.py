@@ -28,6 +28,7 @@ import yaml
 
 from utils.callbacks import RESULT_COLUMNS, Callback
 from utils.datasets import HYP_KEYS, HYP_OPTIONAL, load_hyp
+from utils.files import RUN_MARKER, RunFolderError, is_run_dir
 from utils.log import LOGGER
 from utils.torch_utils import select_device
 from utils.train_options import check_options, default_hyp
@@ -303,6 +304,22 @@ def evolve_project(project: str | Path) -> Path:
     return EVOLVE_PROJECT if Path(project).resolve() == DEFAULT_PROJECT.resolve() else Path(project)
 
 
+def evolution_folder(project: Path, name: str, exist_ok: bool) -> Path:
+    """project/name reserved for the evolution (a new exp2, exp3... unless exist_ok, which continues the evolution a
+    run made there earlier); one line for a folder that no run made."""
+    try:
+        return Path(new_run_folder(project, name, exist_ok))
+    except RunFolderError as e:
+        folder = Path(project).absolute() / name
+        if exist_ok and (folder / CSV_NAME).is_file() and not is_run_dir(folder):
+            raise EvolveError(
+                f"--exist-ok: {folder} holds an {CSV_NAME} but no {RUN_MARKER} marker (an evolution from before "
+                f"markers were written, or a copy): if it is your evolution, create an empty {folder / RUN_MARKER} "
+                "to continue it; nothing there was changed"
+            ) from None
+        raise e from None
+
+
 def check_request(opt: argparse.Namespace) -> None:
     """Refuse what evolution cannot do (distributed training, --resume) and bad training flags; one-line TrainError."""
     if int(os.getenv("RANK", -1)) != -1 or int(os.getenv("WORLD_SIZE", 1)) > 1:
@@ -358,9 +375,9 @@ def evolve(
 
     callbacks are passed to every generation's training run; rng (tests) replaces the fresh random generator."""
     check_request(opt)
-    base = load_hyp(opt.hyp or default_hyp(opt.weights))
+    base = load_hyp(opt.hyp or default_hyp())
     device = select_device(opt.device)
-    save_dir = Path(new_run_folder(str(evolve_project(opt.project)), opt.name, opt.exist_ok))
+    save_dir = evolution_folder(evolve_project(opt.project), opt.name, opt.exist_ok)
     csv_file, hyp_file = save_dir / CSV_NAME, save_dir / YAML_NAME
     rows = read_evolve_csv(csv_file)
     keys = evolvable_keys(rows[0].hyp if rows else base, opt.noautoanchor)

@@ -31,7 +31,7 @@ from utils.autoanchor import check_anchors
 from utils.autobatch import autobatch
 from utils.callbacks import BatchEnd, Callback, Callbacks, EpochResult, default_callbacks
 from utils.datasets import create_dataloader, load_data_config
-from utils.files import increment_path
+from utils.files import RunFolderError, reserve_run_dir
 from utils.image_weights import sample_indices
 from utils.log import LOGGER
 from utils.loss import ComputeLoss
@@ -147,16 +147,27 @@ def start_distributed(device: torch.device, batch_size: int) -> torch.device:
     return device
 
 
-def new_run_folder(project: str, name: str, exist_ok: bool) -> str:
-    """project/name, numbered (exp2, exp3...) unless exist_ok; the same folder on every process. Not created yet."""
+def check_project(project: str | Path) -> None:
+    """TrainError for a --project that names a file (checked before any work, and again when the folder is made)."""
     if Path(project).exists() and not Path(project).is_dir():
         raise TrainError(f"--project {project} is a file, not a folder")
-    save_dir = str(increment_path(Path(project) / name, exist_ok=exist_ok)) if RANK in (-1, 0) else None
-    if RANK != -1:  # all processes must agree on the folder
-        box = [save_dir]
+
+
+def new_run_folder(project: str | Path, name: str, exist_ok: bool) -> str:
+    """project/name reserved for this run (created with its run marker, utils.files.reserve_run_dir): numbered
+    exp2, exp3... if taken, unless exist_ok. Rank 0 reserves it and every process gets the same absolute path."""
+    check_project(project)
+    box = [None, None]  # the folder, or why it could not be made (every rank must raise, none may wait forever)
+    if RANK in (-1, 0):
+        try:
+            box[0] = str(reserve_run_dir(Path(project) / name, exist_ok))
+        except RunFolderError as e:
+            box[1] = str(e)
+    if RANK != -1:
         dist.broadcast_object_list(box, 0)
-        save_dir = box[0]
-    return save_dir
+    if box[1] is not None:
+        raise RunFolderError(box[1])
+    return box[0]
 
 
 def _broadcast_stop(stop: bool) -> bool:
@@ -201,16 +212,30 @@ class Trainer:
         self.opt, self.device = opt, device
         self.hyp = dict(hyp)
         opt.hyp = dict(hyp)  # unscaled, saved with the run so that --resume restores them
-        self.save_dir = Path(opt.save_dir)
+        # Given (a resumed run's own folder, an evolve generation), or None: reserved in setup() once data and
+        # model are known good, so a failed start leaves no folder and two runs started together get two folders.
+        given = getattr(opt, "save_dir", None)
+        self.save_dir: Path | None = Path(given).absolute() if given else None
         self.epochs, self.plots, self.resuming = opt.epochs, not opt.noplots, bool(opt.resume)
         self.main_process = RANK in (-1, 0)
-        self.last, self.best = self.save_dir / "weights" / "last.pt", self.save_dir / "weights" / "best.pt"
         self.resume_ckpt = resume_ckpt
+        self.saved_epoch: int | None = None  # the epoch whose end state last.pt holds (-1: the starting state)
+        self.start_saved = False  # last.pt was written at the start of this run, before any epoch
         self.callbacks = Callbacks(default_callbacks(self.plots) + list(callbacks or []) if self.main_process else [])
         self.start_epoch, self.best_fitness = 0, 0.0
         self.validation: ValidationResult | None = None  # the latest
         self.full_validation_epoch: int | None = None  # the last epoch, validated with plots and per-class table
         self.best_epoch_saved: int | None = None  # the epoch whose weights best.pt holds, when this run wrote it
+
+    @property
+    def last(self) -> Path:
+        """weights/last.pt of the run folder: the checkpoint --resume continues from."""
+        return self.save_dir / "weights" / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        """weights/best.pt of the run folder: the fittest epoch's weights."""
+        return self.save_dir / "weights" / "best.pt"
 
     # Stages ----------------------------------------------------------------------------------------------------------
 
@@ -218,18 +243,22 @@ class Trainer:
         """Set up, train every epoch (validating and saving each), finish; the final validation's result."""
         self.setup()
         t0, epoch, result = time.time(), self.start_epoch, None
-        for epoch in range(self.start_epoch, self.epochs):
-            train_losses = self.train_one_epoch(epoch)
-            stop = False
-            if self.main_process:
-                final = epoch + 1 == self.epochs or self.stopper.possible_stop  # the stopper's view before this epoch
-                result = self.validate(epoch, train_losses, final)
-                stop = self.stopper(epoch, result.fitness)
-                self.best_fitness = max(self.best_fitness, result.fitness)
-                self.callbacks.on_epoch_end(self, result)
-                self.save(result, final=final or stop)
-            if _broadcast_stop(stop):
-                break
+        try:
+            for epoch in range(self.start_epoch, self.epochs):
+                train_losses = self.train_one_epoch(epoch)
+                stop = False
+                if self.main_process:
+                    final = epoch + 1 == self.epochs or self.stopper.possible_stop  # the stopper's view before
+                    result = self.validate(epoch, train_losses, final)
+                    stop = self.stopper(epoch, result.fitness)
+                    self.best_fitness = max(self.best_fitness, result.fitness)
+                    self.callbacks.on_epoch_end(self, result)
+                    self.save(result, final=final or stop)
+                if _broadcast_stop(stop):
+                    break
+        except KeyboardInterrupt:
+            self._explain_interrupt()
+            raise
         if self.main_process:
             hours = (time.time() - t0) / 3600
             LOGGER.info(f"\n{epoch - self.start_epoch + 1} epochs completed in {hours:.3f} hours.")
@@ -258,10 +287,13 @@ class Trainer:
             opt.batch_size = max(opt.batch_size // 4 * 4, 4) if opt.quad else opt.batch_size  # quad: groups of 4
         self._setup_train_loader()
         self._setup_optimizer(model)
+        best_epoch, scaler_state = self._restore_optimizer() if self.resuming else (0, None)
         if self.main_process:
-            self._setup_run_folder(model)
+            self._setup_val_loader(model)
+        self._setup_run_folder()  # only now that data and model are known good, so a failed start leaves none
         ema = ModelEMA(model) if self.main_process else None
-        best_epoch, scaler_state = self._restore(ema) if self.resuming else (0, None)
+        if self.resuming and ema is not None:
+            self._restore_ema(ema)
         self.stopper = EarlyStopping(opt.patience, self.best_fitness, best_epoch)
         self.resume_ckpt = None  # its tensors are no longer needed
         model = self._wrap_distributed(model)
@@ -269,6 +301,8 @@ class Trainer:
         self.n_warmup = max(round(self.hyp["warmup_epochs"] * len(self.train_loader)), 100)  # iterations
         self.last_opt_step = -1
         self.scheduler.last_epoch = self.start_epoch - 1
+        if self.main_process:
+            self._save_start()
         self.callbacks.on_train_start(self)
 
     def train_one_epoch(self, epoch: int) -> list[float]:
@@ -322,13 +356,32 @@ class Trainer:
         """last.pt (and best.pt, epochN.pt when due) unless --nosave, always at the end; on_checkpoint_saved each."""
         if self.opt.nosave and not final:
             return
-        ema, model = self.parts.ema, de_parallel(self.parts.model)
-        if not (all_finite(ema.ema) and all_finite(model)):
+        if not self._weights_finite():
             LOGGER.warning(f"WARNING: non-finite weights after epoch {result.epoch}: checkpoint not saved")
             return
-        ckpt = checkpoint_dict(
+        ckpt = self._checkpoint(result.epoch)
+        files = [self.last]
+        if self.best_fitness == result.fitness:
+            files.append(self.best)
+            self.best_epoch_saved = result.epoch
+        period = self.opt.save_period
+        files += [self.last.parent / f"epoch{result.epoch}.pt"] if period > 0 and result.epoch % period == 0 else []
+        for file in files:
+            save_or_explain(ckpt, file)
+            if file == self.last:
+                self.saved_epoch, self.start_saved = result.epoch, False
+            self.callbacks.on_checkpoint_saved(self, file, result)
+
+    def _weights_finite(self) -> bool:
+        """Whether the EMA and the training weights are all finite (a diverged run's are never saved)."""
+        return all_finite(self.parts.ema.ema) and all_finite(de_parallel(self.parts.model))
+
+    def _checkpoint(self, epoch: int) -> dict:
+        """The checkpoint of the state after `epoch`: EMA weights, plus everything --resume needs."""
+        ema, model = self.parts.ema, de_parallel(self.parts.model)
+        return checkpoint_dict(
             ema.ema,
-            epoch=result.epoch,
+            epoch=epoch,
             best_fitness=self.best_fitness,
             optimizer=self.parts.optimizer.state_dict(),
             scaler=self.parts.scaler.state_dict(),
@@ -338,19 +391,39 @@ class Trainer:
             best_epoch=self.stopper.best_epoch,
             date=datetime.now().isoformat(),
         )
-        files = [self.last]
-        if self.best_fitness == result.fitness:
-            files.append(self.best)
-            self.best_epoch_saved = result.epoch
-        period = self.opt.save_period
-        files += [self.last.parent / f"epoch{result.epoch}.pt"] if period > 0 and result.epoch % period == 0 else []
-        for file in files:
-            save_or_explain(ckpt, file)
-            self.callbacks.on_checkpoint_saved(self, file, result)
+
+    def _save_start(self) -> None:
+        """last.pt of the state training starts from (epoch start - 1, so -1 for a new run), when the run folder has
+        none yet: a Ctrl-C before the first epoch ends still leaves a checkpoint that --resume continues from, with
+        the same options. Not with --nosave (only the final checkpoint is wanted)."""
+        if self.last.exists():  # a run resumed in its own folder: its last.pt is where it starts
+            self.saved_epoch = self.start_epoch - 1
+            return
+        if self.opt.nosave or not self._weights_finite():
+            return
+        save_or_explain(self._checkpoint(self.start_epoch - 1), self.last)
+        self.saved_epoch, self.start_saved = self.start_epoch - 1, True
+
+    def _explain_interrupt(self) -> None:
+        """On Ctrl-C: how to continue, or why there is nothing to continue from."""
+        if not self.main_process:
+            return
+        if self.saved_epoch is None:
+            why = " (--nosave)" if self.opt.nosave else ""
+            LOGGER.info(f"Training interrupted: no checkpoint was saved in {self.save_dir}{why}, nothing to resume")
+            return
+        state = "its starting state" if self.saved_epoch < 0 else f"the state after epoch {self.saved_epoch}"
+        LOGGER.info(
+            f"Training interrupted: {self.last} holds {state}; continue from epoch {self.saved_epoch + 1} with: "
+            f"python train.py --resume {self.last}"
+        )
 
     def finish(self, result: EpochResult | None) -> EpochResult | None:
         """Strip the optimizer from the checkpoints, validate best.pt with plots (unless the last epoch's full
         validation already scored these weights); on_train_end."""
+        if self.start_saved:  # no epoch was saved (non-finite weights): the starting state is no result
+            self.last.unlink(missing_ok=True)
+            self.start_saved = False
         for f in (self.last, self.best):
             if f.exists():
                 strip_optimizer(f)
@@ -429,12 +502,24 @@ class Trainer:
         self.lr_factor = lr_lambda(self.epochs, hyp["lrf"], self.opt.cos_lr)
         self.scheduler = lr_scheduler.LambdaLR(self.optimizer, lr_lambda=self.lr_factor)
 
-    def _setup_run_folder(self, model: nn.Module) -> None:
-        """Made only now that data and model are known good, so a failed start leaves none; plus the val loader."""
+    def _setup_run_folder(self) -> None:
+        """The run folder: the one given, or a new one reserved now (atomically: two runs started together with the
+        same --name get exp and exp2); then weights/, hyp.yaml and opt.yaml in it."""
         opt = self.opt
+        if self.save_dir is None:
+            self.save_dir = Path(new_run_folder(opt.project, opt.name, opt.exist_ok))
+            if self.resuming and self.main_process:
+                LOGGER.info(f"Resuming in the new run folder {self.save_dir}")
+        opt.save_dir = str(self.save_dir)  # absolute, as opt.yaml and the checkpoints record it
+        if not self.main_process:
+            return
         (self.save_dir / "weights").mkdir(parents=True, exist_ok=True)
         (self.save_dir / "hyp.yaml").write_text(yaml.safe_dump(opt.hyp, sort_keys=False), encoding="utf-8")
         (self.save_dir / "opt.yaml").write_text(yaml.safe_dump(plain_args(opt), sort_keys=False), encoding="utf-8")
+
+    def _setup_val_loader(self, model: nn.Module) -> None:
+        """The val loader, and AutoAnchor for a new run (before the run folder exists: a bad val set leaves none)."""
+        opt = self.opt
         self.val_loader = create_dataloader(
             self.data["val"],
             self.imgsz,
@@ -453,15 +538,18 @@ class Trainer:
         if not self.resuming and not opt.noautoanchor:
             check_anchors(self.dataset, model=model, thr=self.hyp["anchor_t"], imgsz=self.imgsz, seed=self.seed)
 
-    def _restore(self, ema: ModelEMA | None) -> tuple[int, dict | None]:
-        """Optimizer, epoch, best fitness and EMA from the interrupted run's checkpoint; (best epoch, scaler state)."""
+    def _restore_optimizer(self) -> tuple[int, dict | None]:
+        """Optimizer, epoch and best fitness from the interrupted run's checkpoint (checked before the run folder is
+        touched); (best epoch, scaler state)."""
         ckpt, last = self.resume_ckpt, self.opt.weights
         load_optimizer_state(self.optimizer, ckpt["optimizer"], last)
         self.start_epoch, self.best_fitness = ckpt["epoch"] + 1, float(ckpt["best_fitness"])
-        if ema is not None:
-            load_resume_state(ema.ema, ckpt["model"], f"{last}: its EMA weights")
-            ema.updates = int(ckpt["ema_updates"])
-        return int(ckpt.get("best_epoch", ckpt["epoch"])), ckpt.get("scaler")
+        return int(ckpt.get("best_epoch", max(ckpt["epoch"], 0))), ckpt.get("scaler")
+
+    def _restore_ema(self, ema: ModelEMA) -> None:
+        """The EMA weights and update count from the interrupted run's checkpoint."""
+        load_resume_state(ema.ema, self.resume_ckpt["model"], f"{self.opt.weights}: its EMA weights")
+        ema.updates = int(self.resume_ckpt["ema_updates"])
 
     def _wrap_distributed(self, model: nn.Module) -> nn.Module:
         """Under torchrun: SyncBatchNorm if asked (CUDA only) and DistributedDataParallel."""
