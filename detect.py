@@ -31,7 +31,7 @@ SWITCHES = {  # store_true flags: the output switches and NMS modes
     "--hide-labels": "hide labels",
     "--hide-conf": "hide confidences",
     "--bf16": "bfloat16 autocast on CPUs with AVX512-BF16 or AMX",
-    "--augment": "test-time augmentation (original, 0.83x flipped, 0.67x views merged before NMS)",
+    "--augment": "test-time augmentation: the image, 0.83x flipped and 0.67x views, merged before NMS",
 }
 
 
@@ -53,7 +53,7 @@ def run(
     project: str | Path = "runs/detect",
     name: str = "exp",
     exist_ok: bool = False,
-    line_thickness: int = 3,
+    line_thickness: int | None = None,
     hide_labels: bool = False,
     hide_conf: bool = False,
     half: bool | None = None,
@@ -74,7 +74,9 @@ def run(
     predictor = Predictor(model, device, options, precision)
     save_dir = make_save_dir(project, name, exist_ok)
     shown = (view_img, line_thickness, hide_labels, hide_conf)
-    outputs = Outputs(save_dir, predictor.names, OutputOptions(not nosave, save_txt, save_conf, save_crop, *shown))
+    options = OutputOptions(not nosave, save_txt, save_conf, save_crop, *shown)
+    inputs = [*checked.images, *checked.videos, checked.text]  # the text: a .txt list is an input too
+    outputs = Outputs(save_dir, predictor.names, options, inputs=[] if checked.stream else inputs)
     out = DetectRun(save_dir=save_dir, names=predictor.names)
     try:
         for prediction in predictor.stream(checked):
@@ -108,7 +110,8 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     add("--classes", nargs="+", type=limit["classes"], help="keep only these class ids: --classes 0, or 0 2 3")
     add("--project", default="runs/detect", help="save results to project/name")
     add("--name", default="exp", help="save results to project/name")
-    add("--line-thickness", default=3, type=limit["line_thickness"], help="bounding box thickness in pixels (1-100)")
+    thickness_help = "box line width in pixels (1-100); None: 0.3%% of the mean image side, at least 2 (as YOLOv5)"
+    add("--line-thickness", default=None, type=limit["line_thickness"], help=thickness_help)
     half_help = "FP16 inference on CUDA (default: on for GPUs with fast FP16; never on CPU)"
     add("--half", action=argparse.BooleanOptionalAction, default=None, help=half_help)
     add("--vid-stride", type=limit["vid_stride"], default=1, help="video frame-rate stride")

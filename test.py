@@ -22,7 +22,8 @@ __all__ = ["main", "parse_opt", "run", "score_files"]
 
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options: YOLOv5 test.py flags (ensembles, --augment), --bf16, --no-plots, --ann-json, --pred-json"""
+    """Command-line options: YOLOv5 test.py flags (ensembles, --augment), --bf16, --no-plots (or train.py's
+    --noplots), --ann-json, --pred-json"""
     parser = Parser(description="Validate a YOLOv5 detector (COCO metrics)")
     parser.add_argument("--data", type=str, default="coco128.yaml", help="data YAML")
     parser.add_argument(
@@ -42,7 +43,8 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     half.add_argument("--no-half", dest="half", action="store_false", help="float32 even on fast-FP16 GPUs")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast on CPUs with AVX512-BF16 or AMX")
     parser.add_argument("--workers", type=int_in(0), default=8, help="max dataloader workers")
-    parser.add_argument("--augment", action="store_true", help="test-time augmentation (3 scales and a flip)")
+    augment_help = "test-time augmentation: the image, 0.83x flipped and 0.67x views, merged before NMS"
+    parser.add_argument("--augment", action="store_true", help=augment_help)
     parser.add_argument("--single-cls", action="store_true", help="treat as a single-class dataset")
     parser.add_argument("--verbose", action="store_true", help="report mAP by class")
     parser.add_argument("--save-txt", action="store_true", help="save results to *.txt")
@@ -53,7 +55,7 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--project", default="runs/test", help="save to project/name")
     parser.add_argument("--name", default="exp", help="save to project/name")
     parser.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
-    parser.add_argument("--no-plots", dest="plots", action="store_false", help="save no plots")
+    parser.add_argument("--no-plots", "--noplots", dest="plots", action="store_false", help="save no plots")
     parser.add_argument("--ann-json", default=None, help="COCO annotations JSON used as ground truth")
     parser.add_argument(
         "--pred-json", default=None, help="with --ann-json: score this COCO results JSON (no model is run)"

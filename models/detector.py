@@ -7,9 +7,9 @@ detect.py does), not stacked into one batch.
 """
 
 import contextlib
-import tempfile
 from pathlib import Path
 
+import cv2
 import numpy as np
 import torch
 from PIL import Image
@@ -19,12 +19,12 @@ from models.backends import Backend, check_exported, describe_backend, is_backen
 from models.ensemble import load_models
 from models.results import Results
 from models.tta import TTAModel
-from utils.downloads import attempt_download_weights, is_url, safe_download, url_filename
+from utils.downloads import attempt_download_weights, cached_download, is_url
 from utils.errors import YoloError
-from utils.images import read_image_checked
+from utils.images import read_image_checked, to_bgr_uint8
 from utils.log import LOGGER
 from utils.predict import Precision, PredictOptions, Predictor, check_options
-from utils.sources import prepare
+from utils.sources import not_regular, prepare, too_thin
 from utils.torch_utils import prepare_for_inference, select_device
 
 Weights = str | Path | list[str | Path] | tuple[str | Path, ...] | nn.Module
@@ -44,7 +44,7 @@ def load_detector(
         paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
         if any(is_backend_path(p) for p in paths):
             return _load_exported(paths, device, half, bf16, augment), Precision()
-        paths = [attempt_download_weights(p) for p in paths]  # official names land in weights/
+        paths = [attempt_download_weights(p) for p in paths]  # bare names from weights/, official ones downloaded
         model, label = load_models(paths, device, fuse=True), " + ".join(map(str, paths))
     if augment:
         model = TTAModel(model)
@@ -59,8 +59,9 @@ def load_detector(
 def _load_exported(paths: list, device: torch.device, half: bool | None, bf16: bool, augment: bool) -> Backend:
     """One exported model (.torchscript, .onnx, *_openvino_model) as a Backend, run as exported."""
     check_exported(paths, half, bf16, augment)
-    backend = load_backend(paths[0], device, bf16)
-    LOGGER.info("Model %s: %s, %s", paths[0], describe_backend(backend), device)
+    path = attempt_download_weights(paths[0])  # a bare name found in weights/, as .pt names are
+    backend = load_backend(path, device, bf16)
+    LOGGER.info("Model %s: %s, %s", path, describe_backend(backend), device)
     return backend
 
 
@@ -68,11 +69,10 @@ def _read_path(source: str | Path) -> np.ndarray:
     """The BGR image of a file path or an http(s) URL (downloaded to the temp folder, as detect.py does)."""
     source = str(source)
     if is_url(source):
-        file = Path(tempfile.gettempdir()) / "yolo_downloads" / url_filename(source)
-        if not file.is_file():
-            safe_download(source, file)
-        source = str(file)
-    image, reason = read_image_checked(source)
+        source = str(cached_download(source))
+    # A device or FIFO is refused before it is opened: /dev/zero would be read until memory runs out.
+    reason = not_regular(source)
+    image, reason = read_image_checked(source) if not reason else (None, reason)
     if image is None:
         raise DetectorError(f"cannot read image {source}: {reason}")
     return image
@@ -85,6 +85,22 @@ def _from_array(array: np.ndarray, rgb: bool) -> np.ndarray:
     if array.ndim != 3 or array.shape[2] != 3 or 0 in array.shape:
         raise DetectorError(f"image arrays must have shape (H, W, 3), got {tuple(array.shape)}")
     return np.ascontiguousarray(array[..., ::-1] if rgb else array)
+
+
+PIL_WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")  # 16- and 32-bit grey: convert("RGB") would clip
+
+
+def _from_pil(image: Image.Image) -> np.ndarray:
+    """A PIL image as BGR uint8. 16-bit and 32-bit integer modes are scaled from 0-65535 to 0-255, float ones
+    as float image files are (values in [0, 1] times 255), so a PIL image gives the pixels its file gives."""
+    if image.mode not in PIL_WIDE_MODES:
+        return _from_array(np.asarray(image.convert("RGB")), True)
+    array = np.asarray(image)
+    if image.mode != "F":  # 'I' holds 16-bit PNGs opened by older Pillows
+        array = array.clip(0, 65535).astype(np.uint16)  # native byte order, whatever the mode's
+    if 0 in array.shape:
+        raise DetectorError(f"image has no pixels: {image.size[0]}x{image.size[1]}")
+    return to_bgr_uint8(array)
 
 
 def _from_tensor(tensor: torch.Tensor) -> list[np.ndarray]:
@@ -115,7 +131,7 @@ def to_images(inputs, rgb: bool = False) -> list[tuple[str, np.ndarray]]:
         elif isinstance(item, np.ndarray):
             images.append((name, _from_array(item, rgb)))
         elif isinstance(item, Image.Image):
-            images.append((getattr(item, "filename", "") or name, _from_array(np.asarray(item.convert("RGB")), True)))
+            images.append((getattr(item, "filename", "") or name, _from_pil(item)))
         elif isinstance(item, torch.Tensor):
             images.extend((f"image{len(images) + i}", im) for i, im in enumerate(_from_tensor(item)))
         else:
@@ -158,10 +174,20 @@ class Detector:
         list of them; a (B, 3, H, W) tensor counts as B images). Raises DetectorError on an input it cannot use."""
         results = []
         for name, image in to_images(inputs, rgb):
-            letterboxed = prepare(image, self.predictor.img_size, self.predictor.stride, auto=self.predictor.auto)
-            boxes, _, _ = self.predictor.predict(letterboxed, image)
+            boxes, _, _ = self.predictor.predict(self._letterbox(name, image), image)
             results.append(Results(torch.from_numpy(boxes), self.names, image.shape[:2], image, name))
         return results
+
+    def _letterbox(self, name: str, image: np.ndarray) -> np.ndarray:
+        """The letterboxed CHW RGB input of one image; DetectorError when it is too thin to resize."""
+        size = self.predictor.img_size
+        thin = too_thin(image.shape, size, option="img_size")
+        if not thin:
+            try:
+                return prepare(image, size, self.predictor.stride, auto=self.predictor.auto)
+            except cv2.error as e:  # any other shape OpenCV cannot resize: one line, not its multi-line trace
+                thin = f"cannot letterbox {image.shape[0]}x{image.shape[1]} pixels: {str(e).strip().splitlines()[-1]}"
+        raise DetectorError(f"{name}: {thin}")
 
     def __repr__(self) -> str:
         o = self.predictor.options

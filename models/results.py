@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from utils.outputs import crop_folder, write_image
+from utils.files import is_run_dir, reserve_run_dir
+from utils.outputs import crop_folder, file_ids, write_image, write_refusal
 from utils.plots import Annotator, colors, save_one_box
-from utils.predict import detections_text
+from utils.predict import DetectError, detections_text
 
 
 @dataclass
@@ -58,8 +59,9 @@ class Results:
         return f"Results({Path(self.path).name} {w}x{h}: {counts})"
 
     def plot(self, line_width: int | None = None, labels: bool = True, conf: bool = True) -> np.ndarray:
-        """A BGR copy of the image with the boxes (and 'class conf' labels) drawn, as detect.py draws them."""
-        annotator = Annotator(self.image.copy(), line_width=line_width or 3)
+        """A BGR copy of the image with the boxes (and 'class conf' labels) drawn, as detect.py draws them; the line
+        width (None: scaled with the image, as detect.py's default) sets the label font's size too."""
+        annotator = Annotator(self.image.copy(), line_width=line_width)
         for *xyxy, score, cls in reversed(self.boxes.tolist()):
             name = self.names[int(cls)]
             label = (f"{name} {score:.2f}" if conf else name) if labels else ""
@@ -67,12 +69,23 @@ class Results:
         return annotator.result()
 
     def save(self, save_dir: str | Path = "runs/detect/api") -> Path:
-        """Write the annotated image to save_dir/<name>.jpg (or the input's suffix) and return its path."""
-        name = Path(self.path)
-        file = Path(save_dir) / (name.name if name.suffix else f"{name.name}.jpg")
-        file.parent.mkdir(parents=True, exist_ok=True)
-        write_image(file, self.plot())
-        return file
+        """Write the annotated image to save_dir/<name>.jpg (or the input's suffix) and return its path.
+
+        A new or empty save_dir becomes a run folder (utils.files' marker), where later saves replace their
+        earlier files; in any other existing folder only new files are written. The input image itself is
+        never written over. Raises DetectError (one line) when the file may not be written."""
+        name, folder = Path(self.path), Path(save_dir)
+        if not folder.is_dir() or is_run_dir(folder) or not any(folder.iterdir()):
+            reserve_run_dir(folder, exist_ok=True)
+        file = folder / (name.name if name.suffix else f"{name.name}.jpg")
+        inputs, replace = file_ids([self.path]), is_run_dir(folder)
+
+        def may_write(target: Path) -> bool:
+            if reason := write_refusal(target, inputs, replace):
+                raise DetectError(f"cannot save {target}: {reason}")
+            return True
+
+        return write_image(file, self.plot(), may_write) or file
 
     def crop(self, save_dir: str | Path = "runs/detect/api") -> list[np.ndarray]:
         """Save each box's crop to save_dir/crops/<class>/<name>.jpg (as detect.py --save-crop); the BGR crops."""

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import detect
+from utils.files import RUN_MARKER
 from utils.plots import Annotator, colors, plot_images, save_one_box
 from utils.predict import inference_size
 
@@ -70,10 +71,12 @@ def test_cli_reproduces_official_labels(tmp_path, monkeypatch, log):
     (speed,) = [m for m in log.messages if m.startswith("Speed: ")]
     pattern = r"Speed: \d+\.\dms pre-process, \d+\.\dms inference, \d+\.\dms NMS per image at shapes "
     assert re.fullmatch(pattern + r"\(1, 3, 640, 480\), \(1, 3, 384, 640\)", speed), speed  # letterboxed shapes
-    assert log.messages[-1] == "Results saved to runs/detect/exp, 2 label files in runs/detect/exp/labels"
+    absolute = Path.cwd() / "runs" / "detect" / "exp"  # printed absolute, so it can be opened from anywhere
+    assert log.messages[-1] == f"Results saved to {absolute}, 2 label files in {absolute / 'labels'}"
     for name in ("bus.jpg", "zidane.jpg"):  # annotated copies at the original size
         assert cv2.imread(str(exp / name)).shape == cv2.imread(str(IMAGES / name)).shape
-    assert sorted(p.name for p in exp.iterdir()) == ["bus.jpg", "labels", "zidane.jpg"]  # no crops, no videos
+    names = sorted(p.name for p in exp.iterdir())
+    assert names == [RUN_MARKER, "bus.jpg", "labels", "zidane.jpg"]  # no crops, no videos; the run folder's marker
 
 
 @needs_shared
@@ -88,7 +91,7 @@ def test_run_returns_detections_and_increments_folders(tmp_path):
     assert (result.boxes[:, [0, 2]] <= 810).all() and (result.boxes[:, [1, 3]] <= 1080).all()
     assert all(t > 0 for t in first.speed_ms)
     assert second.results[0].boxes[:, 5].tolist() == [5.0]  # --classes 5: the bus only
-    assert not list(first.save_dir.iterdir())  # --nosave wrote nothing
+    assert [p.name for p in first.save_dir.iterdir()] == [RUN_MARKER]  # --nosave wrote nothing but the marker
     labels = np.loadtxt(second.save_dir / "labels" / "bus.txt", ndmin=2)
     assert labels.shape == (1, 5) and labels[0, 0] == 5  # no --save-conf: cls cx cy w h
 
@@ -218,7 +221,7 @@ def test_parse_opt_yolov5_defaults_and_aliases():
     opt = detect.parse_opt([])
     assert opt.weights == ["yolov5s.pt"] and opt.imgsz == [640, 640] and opt.conf_thres == 0.25
     assert opt.iou_thres == 0.45 and opt.max_det == 1000 and opt.project == "runs/detect" and opt.name == "exp"
-    assert opt.line_thickness == 3 and opt.vid_stride == 1 and opt.half is None and not opt.bf16
+    assert opt.line_thickness is None and opt.vid_stride == 1 and opt.half is None and not opt.bf16  # None: scaled
     assert detect.parse_opt(["--img", "320"]).imgsz == [320, 320]
     assert detect.parse_opt(["--imgsz", "320", "480"]).imgsz == [320, 480]
     assert detect.parse_opt(["--img-size", "512"]).imgsz == [512, 512]

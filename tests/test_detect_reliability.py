@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import detect
+from utils.files import RUN_MARKER
 from utils.predict import DetectRun, ImageResult
 from utils.sources import SourceError, check_source
 
@@ -65,7 +66,7 @@ def test_same_stem_inputs_keep_their_outputs(shared, tmp_path, log):
     for result, stem in zip(out.results, ("x", "x_2", "x_3", "x_4")):  # each label file holds its own input's boxes
         assert _classes(labels / f"{stem}.txt") == _result_classes(result)
     assert _classes(labels / "x.txt") != _classes(labels / "x_2.txt")  # bus vs zidane: not one copied over another
-    saved = sorted(p.name for p in out.save_dir.iterdir() if p.is_file())
+    saved = sorted(p.name for p in out.save_dir.iterdir() if p.is_file() and p.name != RUN_MARKER)
     assert saved == ["x.jpg", "x_2.jpg", "x_3.png", "x_4.jpg"]
     assert cv2.imread(str(out.save_dir / "x.jpg")).shape == (1080, 810, 3)  # the first keeps its name: the bus
     assert cv2.imread(str(out.save_dir / "x_2.jpg")).shape == (720, 1280, 3)

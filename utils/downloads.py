@@ -1,5 +1,6 @@
 """Downloads with urllib: official YOLOv5 weights from the GitHub release, images given as URLs."""
 
+import hashlib
 import os
 import re
 import tempfile
@@ -31,6 +32,26 @@ def is_url(text: str | Path, schemes: tuple[str, ...] = ("http", "https")) -> bo
 def url_filename(url: str) -> str:
     """The file name a URL points at, without its query string ('https://x/a/bus.jpg?s=1' -> 'bus.jpg')."""
     return Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name
+
+
+def url_cache_file(url: str, folder: str | Path | None = None) -> Path:
+    """Where an image URL is cached: <temp>/yolo_downloads/<hash of the whole URL>/<its file name>.
+
+    The folder is keyed on the whole URL (query string included), so two URLs whose files share a name never
+    share a cache entry; the file keeps its own name, so outputs are still named after it (bus.jpg)."""
+    name = url_filename(url)
+    if name in ("", ".", ".."):
+        name = "download"
+    key = hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return Path(folder or Path(tempfile.gettempdir()) / "yolo_downloads") / key / name
+
+
+def cached_download(url: str, folder: str | Path | None = None) -> Path:
+    """The cached copy of url (see url_cache_file), downloaded first when absent; DownloadError on failure."""
+    file = url_cache_file(url, folder)
+    if not file.is_file():
+        safe_download(url, file)
+    return file
 
 
 def safe_download(url: str, file: str | Path, timeout: float = 30.0, min_bytes: int = 1) -> Path:

@@ -119,6 +119,13 @@ class DetectionMetrics:
         """Per-class AP50-95 with mAP50-95 for classes without ground truth (YOLOv5's per-class weights)."""
         return np.where(np.isnan(self.ap), self.map, self.ap)
 
+    def __repr__(self) -> str:
+        """One short line: counts, P/R and the 12 COCO numbers (the arrays stay attributes: m.ap, m.p_curve, ...)."""
+        coco = " ".join(f"{k} {v:.4f}" for k, v in zip(STAT_KEYS, self.stats))
+        classes = f"{len(self.names)} classes ({int(self.present.sum())} with labels)"
+        counts = f"{self.images} images, {int(self.instances.sum())} instances"
+        return f"DetectionMetrics({classes}, {counts}: P {self.mp:.4f} R {self.mr:.4f} {coco})"
+
     def coco_dict(self) -> dict[str, float]:
         """The 12 COCO numbers by name."""
         return {k: float(v) for k, v in zip(STAT_KEYS, self.stats)}

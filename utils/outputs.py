@@ -1,8 +1,11 @@
 """What detection writes and shows per image or frame: txt labels, crops, annotated images and videos, a window.
 
 Each output is a small writer; Outputs runs the ones OutputOptions asks for, under a unique name per input.
+Nothing is written over an input, and nothing over a file this run did not write except an earlier run's
+outputs in a run folder (one with utils.files' marker): the second guard behind reserve_run_dir.
 """
 
+import errno
 import os
 import re
 import sys
@@ -13,7 +16,7 @@ import cv2
 import numpy as np
 import torch
 
-from utils.files import increment_path
+from utils.files import RunFolderError, increment_path, is_run_dir
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER
 from utils.plots import Annotator, colors, imwrite, save_one_box
@@ -29,7 +32,7 @@ class OutputOptions:
     save_conf: bool = False
     save_crop: bool = False
     view_img: bool = False
-    line_thickness: int = 3
+    line_thickness: int | None = None  # None: scaled with each image (utils.plots.default_line_width)
     hide_labels: bool = False
     hide_conf: bool = False
 
@@ -67,9 +70,14 @@ def make_save_dir(project: str | Path, name: str, exist_ok: bool) -> Path:
     """The run folder project/name (incremented unless exist_ok), created; DetectError when it cannot be."""
     if not str(name).strip():  # project/'' is project itself, which would be incremented to a sibling folder
         raise DetectError("--name is empty: give the run folder's name (default exp)")
+    if Path(project).exists() and not Path(project).is_dir():
+        folder = (Path(project) / name).absolute()
+        raise DetectError(f"cannot create the output folder {folder}: {os.strerror(errno.ENOTDIR)}")
     try:
         return increment_path(Path(project) / name, exist_ok=exist_ok, mkdir=True)
-    except OSError as e:  # --project is a file, read-only, or the name is too long
+    except RunFolderError as e:  # --project is a file or read-only, or --exist-ok names a folder no run made
+        raise DetectError(str(e)) from None
+    except OSError as e:  # e.g. a name too long for the file system
         raise DetectError(f"cannot create the output folder {Path(project) / name}: {e.strerror or e}") from None
 
 
@@ -112,10 +120,64 @@ class OutputNames:
         return stem
 
 
-def write_image(file: Path, image: np.ndarray) -> None:
-    """Save an annotated image in its input's format, or as .jpg where OpenCV cannot write that format."""
-    if not imwrite(file, image) and not imwrite(file.with_suffix(".jpg"), image):
-        LOGGER.warning("WARNING: could not write %s", file)
+def file_ids(paths) -> set[tuple[int, int]]:
+    """(device, inode) of each existing path: what os.path.samefile compares, so hard links and symlinks to an
+    input are recognised, with one stat per input rather than one comparison per input and output."""
+    ids = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            continue
+        ids.add((st.st_dev, st.st_ino))
+    return ids
+
+
+def write_refusal(file: Path, inputs: set[tuple[int, int]], replace: bool) -> str:
+    """Why file must not be written, or '': it is an input (its id in inputs) or a symbolic link (writing would go
+    to wherever it points), or it exists and replace is False (it is not an earlier run's output)."""
+    if os.path.islink(file):
+        return "it is a symbolic link, not a file a run wrote"
+    try:
+        st = os.stat(file)
+    except FileNotFoundError:
+        return ""
+    except OSError as e:
+        return f"cannot check it: {e.strerror or e}"
+    if (st.st_dev, st.st_ino) in inputs:
+        return "it is one of the inputs"
+    return "" if replace else "it exists and was not written by a run"
+
+
+def write_image(file: Path, image: np.ndarray, may_write=lambda f: True) -> Path | None:
+    """Save an annotated image in its input's format, or as .jpg where OpenCV cannot write that format; the path
+    written, or None. may_write(path) is asked before each file is written."""
+    for target in (file, file.with_suffix(".jpg")):
+        if not may_write(target):
+            return None
+        if imwrite(target, image):
+            return target
+        if target.suffix.lower() == ".jpg":
+            break
+    LOGGER.warning("WARNING: could not write %s", file)
+    return None
+
+
+def clear_stale_labels(folder: Path, inputs: set[tuple[int, int]]) -> int:
+    """Remove the *.txt files an earlier run left in a run folder's labels/ (never an input), so labels/ holds
+    this run's labels only; the number removed. Only a real folder inside a run folder is cleared."""
+    if not is_run_dir(folder.parent) or folder.is_symlink() or not folder.is_dir():
+        return 0
+    removed = 0
+    for file in folder.glob("*.txt"):
+        if write_refusal(file, inputs, replace=True) == "it is one of the inputs":
+            continue
+        if file.is_symlink() or file.is_file():
+            file.unlink()
+            removed += 1
+    if removed:
+        LOGGER.info(f"Removed {removed} label file{'s' * (removed != 1)} of an earlier run from {folder}")
+    return removed
 
 
 class VideoWriter:
@@ -145,19 +207,45 @@ class VideoWriter:
 
 
 class Outputs:
-    """Everything detection writes or shows for each Prediction, configured by one OutputOptions."""
+    """Everything detection writes or shows for each Prediction, configured by one OutputOptions.
 
-    def __init__(self, save_dir: Path, names: list[str], options: OutputOptions):
+    inputs are the files being read (images, videos, the .txt list): no output is ever written over one of them.
+    A file that exists and that this run did not write is replaced only in a run folder (an earlier run's output);
+    an earlier run's labels/*.txt there are removed first, so labels/ holds exactly this run's labels."""
+
+    def __init__(self, save_dir: Path, names: list[str], options: OutputOptions, inputs=()):
         self.save_dir, self.names, self.options = save_dir, names, options
         self.names_taken = OutputNames()
         self.stem = ""  # the output stem of the input being handled
         self.video = VideoWriter()
         self.view = options.view_img
+        self.inputs = file_ids(inputs)
+        self.replace = is_run_dir(save_dir)  # files there were written by a run: they may be replaced
+        self.written: set[Path] = set()  # files this run wrote (or may write: a video being written)
+        self.refused: set[Path] = set()  # files it was refused to write, warned about once
+        self.labels: set[Path] = set()  # the label files this run wrote
         if options.save_txt:
             (save_dir / "labels").mkdir(parents=True, exist_ok=True)
+            clear_stale_labels(save_dir / "labels", self.inputs)
         if self.view and not display_available():
             LOGGER.warning("WARNING: --view-img needs a display, none is available here; not showing images")
             self.view = False
+
+    def may_write(self, file: Path) -> bool:
+        """Whether this run may write file (see write_refusal); a refusal is a warning, once per file."""
+        if file in self.written:
+            return True
+        if file in self.refused:
+            return False
+        reason = write_refusal(file, self.inputs, self.replace)
+        if not reason and not file.parent.resolve().is_relative_to(self.save_dir.resolve()):
+            reason = f"its folder leads out of {self.save_dir} (a symbolic link)"
+        if reason:
+            self.refused.add(file)
+            LOGGER.warning("WARNING: not writing %s: %s", file, reason)
+            return False
+        self.written.add(file)
+        return True
 
     def _locate(self, prediction: Prediction) -> str:
         """The output stem of a prediction's input: claimed on an input's first image or frame."""
@@ -174,16 +262,19 @@ class Outputs:
         o, result = self.options, prediction.result
         stem = self._locate(prediction)
         name = output_stem(stem, result.frame)
-        if o.save_txt and len(result.boxes):
+        label_file = self.save_dir / "labels" / f"{name}.txt"
+        if o.save_txt and len(result.boxes) and self.may_write(label_file):
             boxes = torch.from_numpy(result.boxes).flip(0)  # lowest confidence first, as YOLOv5 writes them
-            write_yolo_labels(self.save_dir / "labels" / f"{name}.txt", boxes, result.shape, o.save_conf)
+            write_yolo_labels(label_file, boxes, result.shape, o.save_conf)  # a new file each time, not appended
+            self.labels.add(label_file)
         if not (o.save_img or o.save_crop or self.view):
             return True
         annotated = self._draw(prediction.image, result.boxes, name)
+        video_file = self.save_dir / f"{stem}.mp4"
         if o.save_img and result.frame == 0:
-            write_image(self.save_dir / f"{name}{Path(result.path).suffix}", annotated)
-        elif o.save_img:
-            self.video.write(self.save_dir / f"{stem}.mp4", annotated, prediction.capture, prediction.fps)
+            write_image(self.save_dir / f"{name}{Path(result.path).suffix}", annotated, self.may_write)
+        elif o.save_img and self.may_write(video_file):
+            self.video.write(video_file, annotated, prediction.capture, prediction.fps)
         if self.view:
             cv2.imshow(str(Path(result.path)), annotated)
             return cv2.waitKey(1) != ord("q")
@@ -210,7 +301,7 @@ class Outputs:
             return ""
         labels = ""
         if o.save_txt:
-            n = len(list((self.save_dir / "labels").glob("*.txt")))
+            n = len(self.labels)  # this run's files only
             labels = f", {n} label file{'s' * (n != 1)} in {self.save_dir / 'labels'}"
         return f"Results saved to {self.save_dir}{labels}"
 

@@ -55,14 +55,20 @@ def imwrite(file: str | Path, image: np.ndarray, params: list[int] | None = None
         return False
 
 
+def default_line_width(shape: tuple[int, ...]) -> int:
+    """Box line width for an image of this (h, w, channels) shape when none is given, as YOLOv5 draws: 0.3% of the
+    mean of its dimensions, at least 2 px (2 at 256x256 and 640x480, 3 at 1080x810, 6 at 1920x1920)."""
+    return max(round(sum(shape) / 2 * 0.003), 2)
+
+
 class Annotator:
-    """Draws labelled boxes onto a BGR uint8 image in place."""
+    """Draws labelled boxes onto a BGR uint8 image in place; the label font scales with the line width."""
 
     def __init__(self, im: np.ndarray, line_width: int | None = None):
         if not im.flags.writeable or not im.flags.c_contiguous:
             im = np.ascontiguousarray(im).copy()
         self.im = im
-        self.lw = line_width or max(round(sum(im.shape[:2]) / 2 * 0.003), 2)
+        self.lw = line_width or default_line_width(im.shape)
 
     def box_label(
         self, box, label: str = "", color: tuple = (128, 128, 128), txt_color: tuple = (255, 255, 255)

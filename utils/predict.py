@@ -121,12 +121,32 @@ def inference_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -
     return check_img_size(size * 2 if len(size) == 1 else size, stride)
 
 
+def plural(name: str) -> str:
+    """A class name's plural for the summary line: 'person' -> 'persons', 'cross' -> 'crosses', 'bus' -> 'buses',
+    'box' -> 'boxes', 'sandwich' -> 'sandwiches', 'butterfly' -> 'butterflies'. Other names ending in 's' are
+    taken as plural already ('skis', 'scissors') and kept; names not ending in a letter get 's' ('class7s')."""
+    word = str(name)
+    last = word[-1:].lower()
+    if not last.isalpha():
+        return f"{word}s"
+    end = word[-2:].lower()
+    if end in ("ss", "us", "sh", "ch") or last in "xz":
+        ending = "es"
+    elif last == "s":
+        return word
+    elif last == "y" and len(word) > 1 and word[-2].lower() not in "aeiou":
+        word, ending = word[:-1], "ies"
+    else:
+        ending = "s"
+    return word + (ending.upper() if word.isupper() and len(word) > 1 else ending)
+
+
 def detections_text(boxes: np.ndarray, names: list[str]) -> str:
     """'4 persons, 1 bus, ' in class order, or '(no detections), '."""
     counts = Counter(int(c) for c in boxes[:, 5].tolist())
     if not counts:
         return "(no detections), "
-    return "".join(f"{n} {names[c]}{'s' * (n > 1)}, " for c, n in sorted(counts.items()))
+    return "".join(f"{n} {plural(names[c]) if n > 1 else names[c]}, " for c, n in sorted(counts.items()))
 
 
 def shapes_text(shapes: list[tuple[int, ...]]) -> str:

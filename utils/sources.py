@@ -7,7 +7,7 @@ the log line ('image 1/2 /path/bus.jpg: ').
 
 import glob
 import os
-import tempfile
+import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 
 from utils.augment import letterbox
-from utils.downloads import is_url, safe_download, url_filename
+from utils.downloads import cached_download, is_url, url_filename
 from utils.errors import YoloError
 from utils.images import IMG_FORMATS, VID_FORMATS, list_files, read_image_checked, suffix
 from utils.log import LOGGER
@@ -50,14 +50,26 @@ def prepare(image: np.ndarray, img_size: int | tuple[int, int], stride: int = 32
     return np.ascontiguousarray(boxed[..., ::-1].transpose(2, 0, 1))
 
 
-def _too_thin(shape: tuple[int, ...], img_size: int | tuple[int, int] | list[int]) -> str:
+def not_regular(path: str | Path) -> str:
+    """Why path cannot be read as an image file (missing, or a device, FIFO or socket that could block or never
+    end), or ''. Checked with stat, which neither opens nor blocks, before any byte is read."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "file not found"
+    except OSError as e:
+        return f"cannot read file: {e.strerror or e}"
+    return "" if stat.S_ISREG(mode) else "not a regular file (a device, FIFO or socket)"
+
+
+def too_thin(shape: tuple[int, ...], img_size: int | tuple[int, int] | list[int], option: str = "--img-size") -> str:
     """Why letterboxing to img_size cannot work (a side would shrink to 0 pixels, e.g. 1x4000 at 64), or ''."""
     h, w = shape[:2]
     size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     r = min(size[0] / h, size[1] / w)
     if round(h * r) >= 1 and round(w * r) >= 1:
         return ""
-    return f"{h}x{w} pixels is too thin to resize to --img-size {size[0]}x{size[1]}"
+    return f"{h}x{w} pixels is too thin to resize to {option} {size[0]}x{size[1]}"
 
 
 def _short(text: str, limit: int = 120) -> str:
@@ -115,11 +127,23 @@ def _expand(source: str) -> list[str]:
         matches = sorted(glob.glob(str(path), recursive=True))
         if not matches:
             raise SourceError(f"no files match {_short(source)}")
-        files = [f for f in matches if os.path.isfile(f)]
+        files = _unique_files(f for f in matches if os.path.isfile(f))
         if not files:
             raise SourceError(f"{_short(source)} matches only folders ({len(matches)}), no files")
         return files
     raise SourceError(f"source not found: {_short(source)}")
+
+
+def _unique_files(files) -> list[str]:
+    """files without repeats of one file: '**' follows symlinked folders, and a symlink loop would name every
+    image once per level (41 times), so each real file keeps only its first path."""
+    seen, unique = set(), []
+    for f in files:
+        real = os.path.realpath(f)
+        if real not in seen:
+            seen.add(real)
+            unique.append(f)
+    return unique
 
 
 @dataclass
@@ -138,15 +162,18 @@ def _media_files(source: str) -> Source:
     kinds = [suffix(f) for f in files]
     images = [f for f, k in zip(files, kinds) if k in IMG_FORMATS]
     videos = [f for f, k in zip(files, kinds) if k in VID_FORMATS]
-    missing = {f for f in images + videos if not os.path.isfile(f)}
+    problems = {f: not_regular(f) for f in images + videos}
+    missing = {f for f, problem in problems.items() if problem}
     for f in sorted(missing):
-        LOGGER.warning("WARNING: skipping %s: file not found", f)
+        LOGGER.warning("WARNING: skipping %s: %s", f, problems[f])
     images = [f for f in images if f not in missing]
     videos = [f for f in videos if f not in missing]
     if not images and not videos:
         formats = f"images are {', '.join(IMG_FORMATS)}; videos are {', '.join(VID_FORMATS)}"
         if missing:
-            raise SourceError(f"none of the {len(files)} files listed in {source} exist")
+            found = any(problems[f] != "file not found" for f in missing)
+            what = "are regular files (not devices, FIFOs or sockets) that exist" if found else "exist"
+            raise SourceError(f"none of the {len(files)} files listed in {source} {what}")
         if len(files) == 1 and str(files[0]) == str(Path(source).expanduser()):
             kind = f"'.{kinds[0]}'" if kinds[0] else "(no extension)"
             raise SourceError(f"unsupported file type {kind} for {source}: {formats}")
@@ -197,52 +224,58 @@ class LoadImages:
         ok, frame = self.cap.read()
         return frame if ok and frame is not None else None
 
+    def _read(self, path: str) -> np.ndarray | None:
+        """The BGR image at path, or None (skipped with a warning) when it cannot be read or letterboxed."""
+        reason = not_regular(path)  # again: the file may have been replaced by a FIFO since it was listed
+        image, reason = read_image_checked(path) if not reason else (None, reason)
+        if image is not None and (thin := too_thin(image.shape, self.img_size)):
+            image, reason = None, thin
+        if image is None:
+            LOGGER.warning("WARNING: skipping %s: %s", path, reason)
+            self.skipped.append(path)
+        return image
+
+    def _frames(self, path: str, index: int, n: int) -> Iterator[Item]:
+        """The frames of one video file (skipped with a warning when it cannot be opened or read)."""
+        reason = not_regular(path) or ("" if self._open_video(path) else "cannot open video")
+        if reason:
+            LOGGER.warning("WARNING: skipping %s: %s", path, reason)
+            self.skipped.append(path)
+            return
+        expected = self.frames  # from the container's header
+        try:
+            while (frame := self._next_frame()) is not None:
+                self.frame += 1
+                self.frames = max(self.frames, self.frame)  # some containers under-report their length
+                log = f"video {index + 1}/{n} ({self.frame}/{self.frames}) {path}: "
+                yield path, prepare(frame, self.img_size, self.stride, self.auto), frame, self.cap, log
+            if self.frame == 0:
+                LOGGER.warning("WARNING: skipping %s: no frames could be read", path)
+                self.skipped.append(path)
+            elif self.frame < expected:
+                LOGGER.warning(
+                    "WARNING: video %s ended early: read %d of the %d frames its header announces "
+                    "(file cut short or damaged?)",
+                    path,
+                    self.frame,
+                    expected,
+                )
+        finally:
+            self.cap.release()
+
     def __iter__(self) -> Iterator[Item]:
         n = len(self.files)
         for index, (path, is_video) in enumerate(zip(self.files, self.video_flag)):
             self.index = index
-            if not is_video:
-                self.mode, self.cap = "image", None
-                image, reason = read_image_checked(path)
-                if image is not None and (thin := _too_thin(image.shape, self.img_size)):
-                    image, reason = None, thin
-                if image is None:
-                    LOGGER.warning("WARNING: skipping %s: %s", path, reason)
-                    self.skipped.append(path)
-                    continue
-                yield (
-                    path,
-                    prepare(image, self.img_size, self.stride, self.auto),
-                    image,
-                    None,
-                    f"image {index + 1}/{n} {path}: ",
-                )
+            if is_video:
+                self.mode = "video"
+                yield from self._frames(path, index, n)
                 continue
-            self.mode = "video"
-            if not self._open_video(path):
-                LOGGER.warning("WARNING: skipping %s: cannot open video", path)
-                self.skipped.append(path)
-                continue
-            expected = self.frames  # from the container's header
-            try:
-                while (frame := self._next_frame()) is not None:
-                    self.frame += 1
-                    self.frames = max(self.frames, self.frame)  # some containers under-report their length
-                    log = f"video {index + 1}/{n} ({self.frame}/{self.frames}) {path}: "
-                    yield path, prepare(frame, self.img_size, self.stride, self.auto), frame, self.cap, log
-                if self.frame == 0:
-                    LOGGER.warning("WARNING: skipping %s: no frames could be read", path)
-                    self.skipped.append(path)
-                elif self.frame < expected:
-                    LOGGER.warning(
-                        "WARNING: video %s ended early: read %d of the %d frames its header announces "
-                        "(file cut short or damaged?)",
-                        path,
-                        self.frame,
-                        expected,
-                    )
-            finally:
-                self.cap.release()
+            self.mode, self.cap = "image", None
+            image = self._read(path)
+            if image is not None:
+                log = f"image {index + 1}/{n} {path}: "
+                yield path, prepare(image, self.img_size, self.stride, self.auto), image, None, log
 
 
 class LoadStreams:
@@ -346,11 +379,7 @@ def check_source(source: str | Path) -> Source:
     if is_stream(source):
         return Source(source, stream=True)
     if is_url(source):
-        folder = Path(tempfile.gettempdir()) / "yolo_downloads"
-        file = folder / url_filename(source)
-        if not file.is_file():
-            safe_download(source, file)
-        source = str(file)
+        source = str(cached_download(source))
     return _media_files(source)
 
 

@@ -81,6 +81,13 @@ class ValidationResult:
     speed_ms: tuple[float, float, float]  # pre-process, inference, NMS milliseconds per image
     pycocotools: np.ndarray | None = None  # pycocotools' 12 numbers on predictions.json (save_json)
 
+    def __repr__(self) -> str:
+        """One short line: the metrics' repr, the losses, the speed and whether pycocotools cross-checked."""
+        losses = ", ".join(f"{v:.4f}" for v in self.losses)
+        speed = "/".join(f"{t:.1f}" for t in self.speed_ms)
+        checked = "" if self.pycocotools is None else ", pycocotools checked"
+        return f"ValidationResult({self.metrics!r}, losses ({losses}), {speed} ms per image{checked})"
+
     @property
     def fitness(self) -> float:
         """Model selection score 0.1 * mAP50 + 0.9 * mAP50-95."""
@@ -119,6 +126,8 @@ def evaluate(
     if json_gt is not None and category_ids is None:
         category_ids = json_gt.gt.category_ids
     evaluator = CocoEvaluator(names, category_ids)
+    if opts.save_txt:
+        check_outside_dataset(Path(opts.save_dir), dataloader.dataset)
     txt_of = _label_files(files, Path(opts.save_dir) / "labels") if opts.save_txt else {}
     if opts.save_txt or opts.save_json or opts.plots:
         make_folder(Path(opts.save_dir) / "labels" if opts.save_txt else Path(opts.save_dir))
@@ -372,6 +381,19 @@ def _label_files(files: list[str], folder: Path) -> dict[str, Path]:
             f"--save-txt labels are {out[renamed[0]].name} and so on"
         )
     return out
+
+
+def check_outside_dataset(save_dir: Path, dataset) -> None:
+    """TestError when the run folder holds any image or label file of the dataset: --save-txt would write over
+    its ground-truth labels (and the next test.py would score them). Checked on real paths, so links count."""
+    run = Path(save_dir).resolve()
+    files = list(dataset.im_files) + list(getattr(dataset, "label_files", []))
+    inside = next((f for f in files if Path(f).resolve().is_relative_to(run)), None)
+    if inside is not None:
+        raise TestError(
+            f"the output folder {save_dir} holds files of the dataset ({inside}): nothing there is written; "
+            "choose another --project/--name"
+        )
 
 
 def make_folder(folder: Path) -> None:

@@ -1,7 +1,8 @@
 """test.py's side of validation: load the weights, apply the precision policy, build the loader, then evaluate().
 
 run() is the standalone entry (test.py's flags as keyword arguments); score_files() scores an existing COCO
-results file. Both write results.json into an incremented runs/test/exp folder.
+results file. Both write results.json into a run folder reserved by utils.files.reserve_run_dir (runs/test/exp,
+exp2, ...; --exist-ok reuses only a folder a run made), never into one that holds the dataset's images or labels.
 """
 
 import contextlib
@@ -15,11 +16,21 @@ from models.tta import TTAModel
 from utils.augment import check_img_size
 from utils.coco_json import JsonGroundTruth, load_json_ground_truth
 from utils.datasets import create_dataloader, list_image_files, load_data_config
-from utils.files import increment_path
+from utils.downloads import attempt_download_weights
+from utils.files import reserve_run_dir
 from utils.log import LOGGER, one_line
 from utils.metrics import DetectionMetrics, MetricsError, evaluate_coco_json, format_coco_stats
+from utils.outputs import clear_stale_labels
 from utils.torch_utils import prepare_for_inference, select_device
-from utils.validate import TestError, ValidationOptions, ValidationResult, evaluate, make_folder, write_results_json
+from utils.validate import (
+    TestError,
+    ValidationOptions,
+    ValidationResult,
+    check_outside_dataset,
+    evaluate,
+    make_folder,
+    write_results_json,
+)
 
 TASKS = ("train", "val", "test", "speed")
 
@@ -65,9 +76,10 @@ def run(
     model, device, autocast, channels_last = _load_model(weights, device, half, bf16, augment)
     nc = 1 if single_cls else _check_classes(model, data)
     stride = max(int(model.stride.max()), 32)
-    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
     imgsz, batch_size, square = _input_plan(model, check_img_size(imgsz, stride), batch_size, task)
     loader = _validation_loader(data, split, square, imgsz, batch_size, stride, single_cls, workers, nc)
+    save_dir = reserve_run_dir(Path(project) / name, exist_ok)
+    check_outside_dataset(save_dir, loader.dataset)
     options = ValidationOptions(
         conf_thres=conf_thres,
         iou_thres=iou_thres,
@@ -85,6 +97,8 @@ def run(
         channels_last=channels_last,
     )
     make_folder(save_dir / "labels" if save_txt else save_dir)
+    if save_txt:  # labels/ then holds this run's labels only
+        clear_stale_labels(save_dir / "labels", set())
     _warm_up(model, device, imgsz, options)
     result = evaluate(model, loader, list(data["names"]), options=options)
     _save_results(save_dir, result, save_txt)
@@ -94,7 +108,7 @@ def run(
 def _save_results(save_dir: Path, result: ValidationResult, save_txt: bool) -> None:
     """results.json, and where everything went."""
     write_results_json(save_dir / "results.json", result.metrics, result.speed_ms, result.pycocotools)
-    n_txt = len(list((save_dir / "labels").glob("*.txt"))) if save_txt else 0
+    n_txt = result.metrics.images if save_txt else 0  # one file per image, this run's only
     LOGGER.info(
         f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt else "")
     )
@@ -117,10 +131,11 @@ def _load_model(weights, device: str, half: bool | None, bf16: bool, augment: bo
     paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
     if any(is_backend_path(p) for p in paths):
         check_exported(paths, half, bf16, augment)
-        model = load_backend(paths[0], device, bf16)  # run as exported: no fusing, half or channels-last
-        LOGGER.info(f"Model {paths[0]}: {describe_backend(model)}, {device}")
+        path = attempt_download_weights(paths[0])  # a bare name found in weights/, as .pt names are
+        model = load_backend(path, device, bf16)  # run as exported: no fusing, half or channels-last
+        LOGGER.info(f"Model {path}: {describe_backend(model)}, {device}")
         return model, device, contextlib.nullcontext(), False
-    model = load_models(weights, device)
+    model = load_models(paths, device)  # resolves each bare name in weights/ (attempt_download_weights)
     model, _, autocast, channels_last = prepare_for_inference(model, device, half, bf16)
     return TTAModel(model) if augment else model, device, autocast, channels_last
 
@@ -223,8 +238,7 @@ def score_files(
         f"{Path(pred_json).name} against {Path(ann_json).name} ({metrics.images} images, "
         f"{int(metrics.instances.sum())} instances):\n{format_coco_stats(metrics.stats)}"
     )
-    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok)
-    make_folder(save_dir)
+    save_dir = reserve_run_dir(Path(project) / name, exist_ok)
     write_results_json(save_dir / "results.json", metrics, (0.0, 0.0, 0.0))
     LOGGER.info(f"Results saved to {save_dir}")
     return metrics
