@@ -1,6 +1,9 @@
 """Export a YOLOv5 model for deployment: TorchScript, ONNX, OpenVINO IR (and TensorRT on CUDA, not yet built).
 
-Usage (the flags of YOLOv5's export.py); files are written beside the weights, with YOLOv5's names:
+Usage (the flags of YOLOv5's export.py); files are written beside the weights, with YOLOv5's names. A bare name
+(yolov5n.pt) missing here is taken from weights/, as detect.py does, so its exports land in weights/ too. An
+existing file or folder of those names is replaced only when it is an earlier export of ours; anything else is
+refused with one line:
     python export.py --weights yolov5n.pt --include torchscript onnx openvino   # yolov5n.torchscript, yolov5n.onnx,
                                                                                 # yolov5n_openvino_model/
     python export.py --weights best.pt --include onnx --dynamic --img-size 640  # dynamic batch, height and width

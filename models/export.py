@@ -3,16 +3,23 @@
 Every export holds the inference output only, ``(B, N, 5 + nc)`` boxes in input pixels (xywh, objectness, class
 scores, all after sigmoid), and carries its metadata so an inference backend needs nothing else:
 ``names`` (list of class names), ``stride`` (the largest stride, an int, as YOLOv5 stores it), ``strides`` (every
-level's), ``imgsz`` ([h, w] of the export), ``batch``, ``dynamic`` and ``half``. Where it lives per format:
-TorchScript: ``config.txt`` (JSON) in the archive's extra files; ONNX: ``metadata_props`` (each value a JSON
-string); OpenVINO: ``metadata.yaml`` in the model folder.
+level's), ``imgsz`` ([h, w] of the export), ``batch``, ``dynamic``, ``half`` and ``exporter`` (EXPORTER: marks the
+export as ours). Where it lives per format: TorchScript: ``config.txt`` (JSON) in the archive's extra files; ONNX:
+``metadata_props`` (each value a JSON string); OpenVINO: ``metadata.yaml`` in the model folder.
+
+Nothing else is ever overwritten or deleted. Each export is written into a scratch folder beside the weights (the
+ONNX file that OpenVINO converts from stays there too) and moved into place with one rename when complete. An
+existing ``<stem>.onnx``, ``<stem>.torchscript`` or ``<stem>_openvino_model/`` is replaced only when it is an earlier
+export of ours, recognised by its metadata (and, for an OpenVINO folder, by holding only .xml, .bin and
+metadata.yaml files); anything else there is refused with one line before any work starts.
 
 onnx, onnxruntime and openvino are optional (requirements-export.txt): they are imported only by their exporter.
 """
 
 import importlib
 import json
-import shutil
+import os
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -22,12 +29,18 @@ import torch
 import yaml
 from torch import nn
 
+from models.backends import BackendError, is_openvino, parse_metadata, read_metadata
 from models.checkpoint import load_model
+from utils import downloads
 from utils.errors import YoloError
 from utils.log import LOGGER
 
 FORMATS = ("torchscript", "onnx", "openvino", "engine")
 INSTALL_HINT = "pip install -r requirements-export.txt"
+EXPORTER = "yolo-detect export.py"  # in every export's metadata: what a later export may replace
+# The metadata keys of our exports from before EXPORTER was written: an export that has them all is ours too.
+LEGACY_KEYS = {"names", "stride", "strides", "imgsz", "batch", "dynamic", "half"}
+OPENVINO_FILES = (".xml", ".bin")  # with metadata.yaml, all that an OpenVINO folder of ours holds
 
 
 class ExportError(YoloError):
@@ -69,6 +82,7 @@ class ExportJob:
     metadata: dict
     weights: Path
     options: ExportOptions
+    scratch: Path | None = None  # the private folder beside the weights where exports are written first
     results: list[Exported] = field(default_factory=list)
 
 
@@ -109,12 +123,12 @@ def export_metadata(model: nn.Module, options: ExportOptions) -> dict:
         "batch": options.batch,
         "dynamic": options.dynamic,
         "half": options.half,
+        "exporter": EXPORTER,
     }
 
 
-def export_torchscript(job: ExportJob) -> Path:
-    """torch.jit.trace the model; metadata as config.txt (JSON) in the archive."""
-    path = job.weights.with_suffix(".torchscript")
+def export_torchscript(job: ExportJob, path: Path) -> Path:
+    """torch.jit.trace the model into path; metadata as config.txt (JSON) in the archive."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch 2.9+ marks torch.jit deprecated; it still works
         traced = torch.jit.trace(job.model, job.sample, strict=False, check_trace=False)
@@ -147,10 +161,9 @@ def _write_onnx(job: ExportJob, path: Path) -> None:
         )
 
 
-def export_onnx(job: ExportJob) -> Path:
-    """torch.onnx.export, checked with onnx.checker; metadata as metadata_props (JSON strings)."""
+def export_onnx(job: ExportJob, path: Path) -> Path:
+    """torch.onnx.export into path, checked with onnx.checker; metadata as metadata_props (JSON strings)."""
     onnx = require("onnx")
-    path = job.weights.with_suffix(".onnx")
     _write_onnx(job, path)
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto)
@@ -173,16 +186,14 @@ def _simplified(proto):
     return onnxslim.slim(proto)
 
 
-def export_openvino(job: ExportJob) -> Path:
-    """openvino.convert_model from the ONNX export (written first if absent) into <name>_openvino_model/."""
+def export_openvino(job: ExportJob, folder: Path) -> Path:
+    """openvino.convert_model from the ONNX export (this run's, or one written to the scratch folder) into folder."""
     ov = require("openvino")
-    onnx_path = job.weights.with_suffix(".onnx")
-    if not onnx_path.is_file() or not any(r.format == "onnx" for r in job.results):
-        onnx_path = export_onnx(job)
-    folder = job.weights.parent / f"{job.weights.stem}_openvino_model"
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    onnx_path = next((r.path for r in job.results if r.format == "onnx"), None)
+    if onnx_path is None:  # an intermediate file: written in the scratch folder, never beside the weights
+        (job.scratch / "intermediate").mkdir()
+        onnx_path = export_onnx(job, job.scratch / "intermediate" / "model.onnx")
+    folder.mkdir()
     model = ov.convert_model(str(onnx_path))
     ov.save_model(model, str(folder / f"{job.weights.stem}.xml"), compress_to_fp16=job.options.half)
     with open(folder / "metadata.yaml", "w", encoding="utf-8") as f:
@@ -190,7 +201,7 @@ def export_openvino(job: ExportJob) -> Path:
     return folder
 
 
-def export_engine(job: ExportJob) -> Path:
+def export_engine(job: ExportJob, path: Path) -> Path:
     """TensorRT engines are not built here yet: refused with one line on every device."""
     if job.sample.device.type != "cuda":
         raise ExportError("--include engine (TensorRT) needs a CUDA device: pass --device 0")
@@ -204,6 +215,85 @@ EXPORTERS = {
     "openvino": export_openvino,
     "engine": export_engine,
 }
+
+
+def output_path(weights: Path, fmt: str) -> Path:
+    """Where an export of weights goes: beside them, with YOLOv5's names."""
+    if fmt == "openvino":
+        return weights.parent / f"{weights.stem}_openvino_model"
+    return weights.with_suffix(f".{fmt}")
+
+
+def _our_metadata(path: Path) -> bool:
+    """Whether an export's metadata marks it as ours: EXPORTER, or every key our exports had before it."""
+    try:
+        raw = read_metadata(path)
+        meta = parse_metadata(raw, path)
+    except BackendError:
+        return False
+    return meta["exporter"] == EXPORTER or LEGACY_KEYS <= set(raw)
+
+
+def _our_openvino_folder(folder: Path) -> bool:
+    """Whether folder holds nothing but an OpenVINO export of ours (or nothing at all)."""
+    entries = list(folder.iterdir())
+    if not entries:
+        return True  # replacing an empty folder loses nothing
+    for entry in entries:
+        if entry.is_symlink() or not entry.is_file():
+            return False
+        if entry.suffix not in OPENVINO_FILES and entry.name != "metadata.yaml":
+            return False
+    return (folder / "metadata.yaml").is_file() and _our_metadata(folder)
+
+
+def is_our_export(path: Path) -> bool:
+    """Whether path is an earlier export of ours, which a new export may replace (a symlink never is)."""
+    if path.is_symlink():
+        return False
+    if is_openvino(path):
+        return path.is_dir() and _our_openvino_folder(path)
+    return path.is_file() and _our_metadata(path)
+
+
+def check_destination(path: Path) -> None:
+    """ExportError (one line) when path exists and is not an export of ours: it is never overwritten."""
+    if (path.exists() or path.is_symlink()) and not is_our_export(path):
+        raise ExportError(f"{path} exists and is not an export of ours: move it away or choose another --weights name")
+
+
+def install(staged: Path, path: Path, scratch: Path) -> None:
+    """Move a finished export from the scratch folder to path with one rename, replacing only our own export."""
+    check_destination(path)  # again: something may have appeared there while the export ran
+    if not (staged.is_dir() and path.exists()):
+        os.replace(staged, path)  # atomic: path holds the earlier export or the new one, never a partial file
+        return
+    replaced = scratch / f"replaced_{path.name}"  # a folder cannot be renamed over a full one: move ours aside
+    os.rename(path, replaced)
+    if not _our_openvino_folder(replaced):  # a file was added since the check: put everything back
+        os.rename(replaced, path)
+        raise ExportError(f"{path} changed during the export and is not only ours now: it was left as it is")
+    try:
+        os.rename(staged, path)
+    except OSError:
+        os.rename(replaced, path)
+        raise
+
+
+def resolve_weights(weights: str | Path) -> Path:
+    """The weights file: as given; a bare name from weights/ (with a log line); an official name downloaded."""
+    path = downloads.attempt_download_weights(weights, downloads.WEIGHTS_DIR)
+    if not path.is_file():
+        raise ExportError(f"--weights {weights}: no such file")
+    return path
+
+
+def scratch_folder(weights: Path) -> tempfile.TemporaryDirectory:
+    """A private folder beside the weights (so that each finished export is moved into place by a rename)."""
+    try:
+        return tempfile.TemporaryDirectory(prefix=f".{weights.stem}-export-", dir=weights.parent)
+    except OSError as e:
+        raise ExportError(f"cannot write the exports beside {weights}: {e.strerror or e}") from None
 
 
 def prepare(weights: str | Path, options: ExportOptions, device: torch.device) -> ExportJob:
@@ -227,16 +317,27 @@ def prepare(weights: str | Path, options: ExportOptions, device: torch.device) -
 
 
 def export(weights: str | Path, include: list[str], options: ExportOptions, device: torch.device) -> list[Exported]:
-    """Export weights to every format in include, beside the weights; one Exported per format."""
+    """Export weights to every format in include, beside the weights; one Exported per format.
+
+    A bare weights name missing here is taken from weights/ (official names downloaded), as detect.py does;
+    every destination is checked before any work starts, and each export is moved into place when complete."""
     unknown = [f for f in include if f not in EXPORTERS]
     if unknown:
         raise ExportError(f"--include {unknown[0]}: unknown format, choose from {', '.join(FORMATS)}")
-    job = prepare(weights, options, device)
-    for fmt in dict.fromkeys(include):
-        start = time.perf_counter()
-        # .to() empties Detect's grid cache, so each trace computes the grids from the input shape, in the graph
-        job.model.to(job.sample.dtype)
-        with torch.no_grad():
-            path = EXPORTERS[fmt](job)
-        job.results.append(Exported(fmt, path, file_size_mb(path), time.perf_counter() - start))
+    formats = list(dict.fromkeys(include))
+    weights = resolve_weights(weights)
+    for fmt in formats:
+        if fmt != "engine":  # refused by its exporter, before anything is written
+            check_destination(output_path(weights, fmt))
+    with scratch_folder(weights) as scratch:
+        job = prepare(weights, options, device)
+        job.scratch = Path(scratch)
+        for fmt in formats:
+            start, path = time.perf_counter(), output_path(weights, fmt)
+            # .to() empties Detect's grid cache, so each trace computes the grids from the input shape, in the graph
+            job.model.to(job.sample.dtype)
+            with torch.no_grad():
+                staged = EXPORTERS[fmt](job, job.scratch / path.name)
+            install(staged, path, job.scratch)
+            job.results.append(Exported(fmt, path, file_size_mb(path), time.perf_counter() - start))
     return job.results
