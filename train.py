@@ -3,7 +3,7 @@
 Usage:
     python train.py --data coco128.yaml --weights yolov5s.pt --img 640        # from pretrained weights
     python train.py --data coco128.yaml --weights '' --cfg yolov5s.yaml       # from scratch
-    python train.py --resume                                                   # continue the newest run
+    python train.py --resume                                                   # continue the newest unfinished run
     python -m torch.distributed.run --nproc_per_node 2 train.py --data coco128.yaml --weights yolov5s.pt
 """
 
@@ -51,7 +51,14 @@ def build_parser() -> Parser:
     p.add_argument("--evolve", type=int_in(1), nargs="?", const=300, help="evolve hyperparameters for x generations")
     p.add_argument("--image-weights", action="store_true", help="sample images by class rarity and per-class mAP")
     p.add_argument("--quad", action="store_true", help="4-image collate: batch/4 images of twice the size")
-    p.add_argument("--resume", nargs="?", const=True, default=False, help="resume the newest run, or a given last.pt")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        help="resume the newest unfinished run under --project, or a given last.pt (one outside a run folder's "
+        "weights/ resumes into a new run folder)",
+    )
     p.add_argument("--nosave", action="store_true", help="only save the final checkpoint")
     p.add_argument("--noval", action="store_true", help="only validate the final epoch")
     p.add_argument("--noautoanchor", action="store_true", help="disable AutoAnchor")
