@@ -210,15 +210,19 @@ def test_cache_reused_and_rebuilt_when_labels_change(tmp_path, log, monkeypatch)
     assert "New cache created" in log.text and [len(x) for x in ds.labels] == [1, 2]
 
 
-def test_pickled_cache_is_not_loaded(tmp_path, monkeypatch):
+def test_pickled_cache_is_not_loaded_nor_replaced(tmp_path, monkeypatch, log):
     monkeypatch.delenv("YOLO_CACHE_DIR")  # the dataset is a tmp_path copy: its cache goes beside its labels
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     images = make_dataset(tmp_path, {"a.jpg": grey()}, {"a": "0 0.5 0.5 0.2 0.2\n"})
     cache = tmp_path / "labels" / "train.yolo-labels.npz"
-    with open(cache, "wb") as f:  # a pickle under our cache's name
+    with open(cache, "wb") as f:  # a pickle under our cache's name: not ours, so neither loaded nor replaced
         np.save(f, np.array({"hash": "x", "version": 1}), allow_pickle=True)
+    before = cache.read_bytes()
     ds = LoadImagesAndLabels(images, img_size=64)
-    assert len(ds.labels[0]) == 1
-    with np.load(cache, allow_pickle=False) as z:  # replaced by a pickle-free cache
+    assert len(ds.labels[0]) == 1 and cache.read_bytes() == before
+    assert "ignoring label cache" in log.text
+    (saved,) = (tmp_path / "xdg" / "yolo").glob("*.yolo-labels.npz")  # written where it replaces nothing
+    with np.load(saved, allow_pickle=False) as z:
         assert "labels" in z.files
 
 
@@ -240,12 +244,13 @@ def test_read_only_labels_folder_caches_elsewhere(tmp_path, log, monkeypatch):
         labels.chmod(0o755)
 
 
-def test_disk_and_ram_image_cache(tmp_path):
+def test_disk_and_ram_image_cache(tmp_path, cache_dir):
     im = np.random.default_rng(1).integers(0, 255, (48, 64, 3), dtype=np.uint8)
     images = make_dataset(tmp_path, {"a.png": im}, {"a": "0 0.5 0.5 0.2 0.2\n"})
     plain = LoadImagesAndLabels(images, img_size=64)[0][0]
     disk = LoadImagesAndLabels(images, img_size=64, cache="disk")
-    assert (images / "a.npy").is_file() and disk.cache_mode == "disk"
+    assert disk.cache_mode == "disk" and not (images / "a.npy").exists()  # never beside the images
+    assert disk.npy_files[0].startswith(str(cache_dir)) and os.path.isfile(disk.npy_files[0])
     assert torch.equal(disk[0][0], plain)
     ram = LoadImagesAndLabels(images, img_size=64, cache="ram")
     assert ram.cache_mode == "ram" and ram.ims[0] is not None

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from utils.datasets import ROOT, LoadImagesAndLabels
-from utils.shapes import CLASSES, COLORS, N_TRAIN, N_VAL, generate_shapes
+from utils.shapes import CLASSES, COLORS, N_TRAIN, N_VAL, ShapesError, generate_shapes
 
 
 def files(root: Path) -> dict[str, bytes]:
@@ -58,8 +58,8 @@ def test_deterministic_and_seeded(tmp_path):
     c = files(generate_shapes(tmp_path / "c", 12, 4, 128, seed=6))
     assert len(a) == 2 * (12 + 4) and a == b
     assert a.keys() == c.keys() and all(a[k] != c[k] for k in a if k.endswith(".jpg"))
-    # val does not depend on the size of train; regenerating replaces the splits, leaving no stale files
-    d = files(generate_shapes(tmp_path / "a", 6, 4, 128, seed=5))
+    # val does not depend on the size of train
+    d = files(generate_shapes(tmp_path / "d", 6, 4, 128, seed=5))
     assert {k: v for k, v in d.items() if "val" in k} == {k: v for k, v in a.items() if "val" in k}
     assert len(d) == 2 * (6 + 4)
     assert not list(tmp_path.glob(".*tmp*"))  # the staging folder is gone
@@ -71,10 +71,14 @@ def test_shapes_yaml_matches_generator():
     assert data["path"] == "../datasets/shapes" and (data["train"], data["val"]) == ("images/train", "images/val")
 
 
-def test_regenerating_drops_our_label_cache_only(tmp_path):
+def test_generating_into_an_existing_dataset_changes_nothing(tmp_path):
     root = generate_shapes(tmp_path / "s", 2, 2, 64)
-    ours, yolov5 = root / "labels" / "train.yolo-labels.npz", root / "labels" / "train.cache"
-    ours.write_bytes(b"stale")
-    yolov5.write_bytes(b"YOLOv5's own cache")
-    generate_shapes(root, 2, 2, 64)
-    assert not ours.exists() and yolov5.read_bytes() == b"YOLOv5's own cache"
+    (root / "labels" / "train.yolo-labels.npz").write_bytes(b"a cache")
+    (root / "labels" / "train.cache").write_bytes(b"YOLOv5's own cache")
+    before = files(root)
+    with pytest.raises(ShapesError, match="not empty") as e:
+        generate_shapes(root, 2, 2, 64)  # regenerating was a delete-and-replace: now refused, in one line
+    assert "\n" not in str(e.value) and files(root) == before
+    assert not list(tmp_path.glob(".*tmp*"))
+    (tmp_path / "empty").mkdir()
+    assert len(files(generate_shapes(tmp_path / "empty", 2, 2, 64))) == 8  # an empty folder is fine

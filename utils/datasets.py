@@ -2,10 +2,13 @@
 dataset (letterbox, rectangular batches, mosaic, the images --image-weights draws) and its dataloader (with --quad's
 4-image collate)."""
 
+import contextlib
 import hashlib
+import io
 import math
 import os
 import random
+import secrets
 import stat
 import tarfile
 import zipfile
@@ -16,7 +19,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 import torch
-import yaml
 from torch.nn import functional as F  # noqa: N812
 from torch.utils.data import DataLoader, Dataset, distributed
 from tqdm import tqdm
@@ -25,8 +27,23 @@ from utils.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, r
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
 from utils.downloads import DownloadError, is_url, safe_download, url_filename
 from utils.errors import YoloError
-from utils.images import IMG_FORMATS, TRUNCATED_JPEG, is_image_file, jpeg_file_truncated, list_files, read_image
+from utils.files import resolve_bare_name
+from utils.images import (
+    IMG_FORMATS,
+    MAX_IMAGE_BYTES,
+    TRUNCATED_JPEG,
+    decode_image,
+    file_kind,
+    image_info,
+    is_image_file,
+    jpeg_truncated,
+    list_files,
+    read_image,
+    read_regular_file,
+    suffix,
+)
 from utils.log import LOGGER
+from utils.safe_yaml import read_yaml
 
 try:  # Pillow comes with matplotlib; used only to read image headers (size, EXIF) when verifying
     from PIL import Image, UnidentifiedImageError
@@ -38,6 +55,8 @@ CACHE_VERSION = 1
 MAX_CLASSES = 100_000  # LVIS has 1203; more is a typo
 MIN_SIZE = 10  # images smaller than this (px) on any side are rejected
 OVERSHOOT = 0.01  # normalised coordinates this far outside [0, 1] are clipped; further is an error
+MAX_LABEL_BYTES = 10 << 20  # a label file this large (~300k boxes for one image) is not a label file
+MAX_LIST_BYTES = 256 << 20  # a split's .txt list of images (~2.5M paths)
 HYP_KEYS = (
     "lr0",
     "lrf",
@@ -83,23 +102,24 @@ class DatasetError(YoloError):
 
 
 def _resolve_yaml(path: str | Path, kind: str) -> Path:
-    """A YAML path as given, or a bare file name looked up in the repo's data/ folder."""
-    p = Path(path)
-    if p.is_file():
-        return p.resolve()
-    if not p.suffix:
-        p = p.with_suffix(".yaml")
-    for candidate in (p, ROOT / "data" / p, ROOT / "data" / p.name):
-        if candidate.is_file():
-            return candidate.resolve()
+    """A YAML file as given (.yaml may be left off), or a bare name (no folder part) from the repo's data/ folder,
+    with a log line. A path with a folder part is never swapped for a same-named file in data/."""
+    text = str(path)
+    for name in (text, f"{text}.yaml") if not Path(text).suffix else (text,):
+        found = resolve_bare_name(name, ROOT / "data", f"{kind} file")
+        if found is not None and found.is_file():
+            return found.resolve()
+    if Path(text).name != text:  # a folder part: say so if only the bare name would have found a file
+        name = Path(text).name
+        bundled = [ROOT / "data" / n for n in (name, f"{name}.yaml") if (ROOT / "data" / n).is_file()]
+        hint = f" ({bundled[0]} exists: pass the bare name {bundled[0].name} to use it)" if bundled else ""
+        raise DatasetError(f"{kind} file '{path}' not found{hint}")
     raise DatasetError(f"{kind} file '{path}' not found (looked in the current folder and {ROOT / 'data'})")
 
 
 def _read_yaml(path: Path, kind: str) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise DatasetError(f"{kind} file {path} could not be read: {' '.join(str(e).split())}") from None
+    """A YAML mapping read with bounds (size, depth, no aliases: see utils.safe_yaml), or one-line DatasetError."""
+    data = read_yaml(path, DatasetError)
     if not isinstance(data, dict):
         raise DatasetError(f"{kind} file {path} must hold a YAML mapping (key: value lines)")
     return data
@@ -137,21 +157,30 @@ def _dataset_root(value, yaml_file: Path) -> Path:
     return from_yaml if not from_root.exists() and from_yaml.exists() else from_root
 
 
+def _class_name(value, key, file: Path) -> str:
+    """One class name: text (or a number / yes-no YAML reads as one), never a list, mapping or empty entry."""
+    if value is None or isinstance(value, (list, tuple, dict)):
+        raise DatasetError(f"{file}: names[{key}] must be a class name (text), got {value!r}"[:300])
+    return str(value)
+
+
 def _names_list(names, nc, file: Path) -> list[str]:
     if names is None:
         if nc is None:
             raise DatasetError(f"{file}: needs 'names' (a list of class names) or 'nc'")
         return [f"class{i}" for i in range(int(nc))]
+    if isinstance(names, (list, tuple, dict)) and len(names) > MAX_CLASSES:
+        raise DatasetError(f"{file}: 'names' has {len(names)} entries, more than {MAX_CLASSES} classes")
     if isinstance(names, dict):
         try:
-            by_index = {int(k): str(v) for k, v in names.items()}
+            by_index = {int(k): v for k, v in names.items()}
         except (TypeError, ValueError):
             raise DatasetError(f"{file}: 'names' keys must be class indices 0, 1, ...") from None
         if sorted(by_index) != list(range(len(by_index))):
             raise DatasetError(f"{file}: 'names' keys must be 0..{len(by_index) - 1} with none missing")
-        return [by_index[i] for i in range(len(by_index))]
+        return [_class_name(by_index[i], i, file) for i in range(len(by_index))]
     if isinstance(names, (list, tuple)):
-        return [str(n) for n in names]
+        return [_class_name(n, i, file) for i, n in enumerate(names)]
     raise DatasetError(f"{file}: 'names' must be a list or a {{index: name}} mapping")
 
 
@@ -226,10 +255,7 @@ def load_data_config(path: str | Path) -> dict:
     missing = _missing(cfg["train"]) + _missing(cfg["val"])
     if missing:
         if data.get("generate") == "shapes":
-            from utils.shapes import generate_shapes  # lazy: only needed on first use
-
-            LOGGER.info(f"Generating the synthetic shapes dataset in {root} ...")
-            generate_shapes(root)
+            _generate_shapes(root, file, missing[0])
         elif data.get("download"):
             download_dataset(data["download"], root, missing[0])
         else:
@@ -238,6 +264,27 @@ def load_data_config(path: str | Path) -> dict:
         if still:
             raise DatasetError(f"dataset still incomplete after download/generation: {still[0]} does not exist")
     return cfg
+
+
+def _generate_shapes(root: Path, file: Path, missing: str) -> None:
+    """`generate: shapes`: write the synthetic dataset, but only into an absent or empty folder. A split path with a
+    typo must not make a real dataset's folders look missing: nothing that exists is deleted or written into."""
+    from utils.shapes import ShapesError, generate_shapes  # lazy: only needed on first use
+
+    try:
+        occupied = root.exists() and (not root.is_dir() or any(root.iterdir()))
+    except OSError as e:
+        raise DatasetError(f"{file}: cannot look into {root}: {e.strerror or e}") from None
+    if occupied:
+        raise DatasetError(
+            f"{file}: {missing} does not exist, and 'generate: shapes' only writes into an absent or empty folder: "
+            f"{root} is not empty, nothing was changed (check the split paths, or point 'path' at a new folder)"
+        )
+    LOGGER.info(f"Generating the synthetic shapes dataset in {root} ...")
+    try:
+        generate_shapes(root)
+    except ShapesError as e:
+        raise DatasetError(f"{file}: {e}") from None
 
 
 ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")  # what a data YAML's `download:` may fetch
@@ -337,30 +384,58 @@ def img2label_paths(img_paths: list[str]) -> list[str]:
     return [os.path.splitext(sb.join(p.rsplit(sa, 1)))[0] + ".txt" for p in img_paths]
 
 
-def list_image_files(path, prefix: str = "") -> list[str]:
-    """Image files of a split: a folder (searched recursively), a .txt list of images, an image, or a list."""
+def _listed_images(list_file: Path, prefix: str) -> list[str]:
+    """The image paths of a split's .txt list (one per line, relative to the list's folder), bounded in size."""
+    try:
+        text = read_regular_file(list_file, MAX_LIST_BYTES).decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise DatasetError(f"{prefix}cannot read image list {list_file}: {getattr(e, 'strerror', None) or e}") from None
     files = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if "\0" in line:  # pathlib cannot even resolve it
+            raise DatasetError(f"{prefix}{list_file} line {n}: not a file path (NUL character)")
+        if line:
+            f = Path(line)
+            files.append(str(f if f.is_absolute() else (list_file.parent / f).resolve()))
+    return files
+
+
+def _special_file(path: str) -> str | None:
+    """What a listed path is when it exists but is not a regular file or folder (a FIFO, /dev/zero...), else None.
+    Such files would block or never end when read, so they are skipped before anything opens them."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None  # missing: reported as corrupt by the label check, as any unreadable image
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else file_kind(mode)
+
+
+def list_image_files(path, prefix: str = "") -> list[str]:
+    """Image files of a split: a folder (searched recursively, symlinked subfolders followed once), a .txt list of
+    images, an image, or a list. FIFOs, devices and sockets are skipped with a warning, never opened."""
+    files, skipped, found = [], [], []
     for p in path if isinstance(path, (list, tuple)) else [path]:
         p = Path(p)
         if p.is_dir():
-            files += list_files(p, recursive=True)
-        elif p.is_file() and p.suffix.lower() == ".txt":
-            parent = p.parent
-            try:
-                lines = p.read_text(encoding="utf-8-sig").splitlines()
-            except (OSError, UnicodeDecodeError) as e:
-                raise DatasetError(f"{prefix}cannot read image list {p}: {e}") from None
-            for n, line in enumerate(lines, 1):
-                line = line.strip()
-                if "\0" in line:  # pathlib cannot even resolve it
-                    raise DatasetError(f"{prefix}{p} line {n}: not a file path (NUL character)")
-                if line:
-                    f = Path(line)
-                    files.append(str(f if f.is_absolute() else (parent / f).resolve()))
+            files += list_files(p, recursive=True, skipped=found)
+        elif p.suffix.lower() == ".txt" and p.exists():
+            for f in _listed_images(p, prefix):
+                kind = _special_file(f)
+                if kind:  # listed by name: always worth a word, whatever the name
+                    skipped.append((f, f"{kind}, not a regular file: skipped"))
+                else:
+                    files.append(f)
         elif p.is_file():
             files.append(str(p))
+        elif p.exists():
+            raise DatasetError(f"{prefix}{p} is {file_kind(p.stat().st_mode)}, not an image, a folder or a .txt list")
         else:
             raise DatasetError(f"{prefix}{p} does not exist")
+    # found in a folder: only what looks like an image (a socket beside the images is no news), links, subfolders
+    skipped += [(f, why) for f, why in found if is_image_file(f) or "symbolic link" in why or "folder" in why]
+    for f, reason in skipped:
+        LOGGER.warning(f"{prefix}WARNING: {f}: {reason}")
     images = sorted(f for f in files if is_image_file(f))
     if not images:
         raise DatasetError(f"{prefix}no images found in {path} (formats: {', '.join(IMG_FORMATS)})")
@@ -368,62 +443,69 @@ def list_image_files(path, prefix: str = "") -> list[str]:
 
 
 def _image_size(file: str) -> tuple[int, int]:
-    """(w, h) of an image as it will be loaded (EXIF rotation applied); raises on unreadable/truncated files."""
-    if Image is not None:
-        try:
-            with Image.open(file) as im:
-                im.verify()  # must come first; the file is then reopened to read the header
-            with Image.open(file) as im:
-                w, h = im.size
-                if im.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # rotated 90 or 270 degrees
-                    w, h = h, w
-                fmt = (im.format or "").lower()
-        except UnidentifiedImageError:
-            raise ValueError("not an image or unsupported format") from None
-        except Exception as e:  # Pillow raises many types for damaged files
-            raise ValueError(f"unreadable image ({' '.join(str(e).split())})") from None
-        if fmt in ("jpeg", "mpo") and jpeg_file_truncated(file):
-            raise ValueError(TRUNCATED_JPEG)
-        return w, h
-    im = read_image(file)
-    if im is None:
-        raise ValueError("OpenCV cannot decode this file")
-    return im.shape[1], im.shape[0]
+    """(w, h) of an image as read_image will return it (EXIF orientation applied, from the same header reading);
+    raises ValueError for a special, oversized, unreadable or truncated file."""
+    raw = read_regular_file(file, MAX_IMAGE_BYTES)
+    if Image is None:  # pragma: no cover - a full decode
+        im, reason = decode_image(raw, suffix(file))
+        if im is None:
+            raise ValueError(reason)
+        return im.shape[1], im.shape[0]
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            im.verify()  # checks the data, not only the header
+        info = image_info(raw)
+    except UnidentifiedImageError:
+        raise ValueError("not an image or unsupported format") from None
+    except ValueError:
+        raise
+    except Exception as e:  # Pillow raises many types for damaged files
+        raise ValueError(f"unreadable image ({' '.join(str(e).split())})"[:300]) from None
+    if info.format in ("JPEG", "MPO") and jpeg_truncated(raw):
+        raise ValueError(TRUNCATED_JPEG)
+    return info.size
 
 
 def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, str]:
     """Rows [cls, cx, cy, w, h] of a YOLO label file and a warning ('' if clean); raises ValueError if malformed.
-    Polygon rows (cls x1 y1 x2 y2 x3 y3 ...) become their enclosing box."""
+    Polygon rows (cls x1 y1 x2 y2 x3 y3 ...) become their enclosing box. Files over MAX_LABEL_BYTES are refused
+    before they are read."""
+    # -sig: a byte-order mark (Windows editors) is not data
+    text = read_regular_file(file, MAX_LABEL_BYTES).decode("utf-8-sig")
     rows = []
-    with open(file, encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Windows editors) is not data
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 5 and (len(parts) < 7 or len(parts) % 2 == 0):
-                raise ValueError(f"line {n}: labels need 5 columns (class cx cy w h), found {len(parts)}")
-            try:
-                values = [float(v) for v in parts]
-            except ValueError:
-                raise ValueError(f"line {n}: non-numeric value in '{line.strip()}'") from None
-            if not all(math.isfinite(v) for v in values):
-                raise ValueError(f"line {n}: non-finite value in '{line.strip()}'")
-            cls = values[0]
-            if cls != int(cls) or not 0 <= cls < nc:
-                raise ValueError(f"line {n}: class {parts[0]} is not an integer in [0, {nc})")
-            coords = values[1:]
-            if min(coords) < -OVERSHOOT or max(coords) > 1 + OVERSHOOT:
-                raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {' '.join(parts[1:])}")
-            if len(coords) > 4:  # polygon -> box
-                xs, ys = coords[0::2], coords[1::2]
-                x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
-            else:
-                cx, cy, w, h = coords
-                x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
-            rows.append((cls, x1, y1, x2, y2))
+    for n, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 5 and (len(parts) < 7 or len(parts) % 2 == 0):
+            raise ValueError(f"line {n}: labels need 5 columns (class cx cy w h), found {len(parts)}")
+        try:
+            values = [float(v) for v in parts]
+        except ValueError:
+            raise ValueError(f"line {n}: non-numeric value in '{line.strip()}'"[:300]) from None
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(f"line {n}: non-finite value in '{line.strip()}'"[:300])
+        cls = values[0]
+        if cls != int(cls) or not 0 <= cls < nc:
+            raise ValueError(f"line {n}: class {parts[0]} is not an integer in [0, {nc})"[:300])
+        coords = values[1:]
+        if min(coords) < -OVERSHOOT or max(coords) > 1 + OVERSHOOT:
+            raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {' '.join(parts[1:])}"[:300])
+        if len(coords) > 4:  # polygon -> box
+            xs, ys = coords[0::2], coords[1::2]
+            x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
+        else:
+            cx, cy, w, h = coords
+            x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
+        rows.append((cls, x1, y1, x2, y2))
     if not rows:
         return np.zeros((0, 5), np.float32), ""
-    xyxy = np.array(rows, dtype=np.float64)
+    return _clean_boxes(np.array(rows, dtype=np.float64))
+
+
+def _clean_boxes(xyxy: np.ndarray) -> tuple[np.ndarray, str]:
+    """[cls, x1, y1, x2, y2] rows clipped to the image, zero-size and duplicate boxes dropped, as [cls, cx, cy, w, h]
+    float32, with a note of what was dropped."""
     notes = []
     edges = xyxy[:, 1:]
     if (edges < 0).any() or (edges > 1).any():
@@ -456,6 +538,9 @@ def verify_image_label(im_file: str, lb_file: str, nc: int) -> tuple[str, np.nda
             raise ValueError(f"label path {lb_file} is not a file")
         if not os.path.isfile(lb_file):
             return im_file, np.zeros((0, 5), np.float32), (w, h), "", "background"
+        size = os.path.getsize(lb_file)
+        if size > MAX_LABEL_BYTES:
+            raise ValueError(f"label file {lb_file} is {size} bytes, more than {MAX_LABEL_BYTES}: not read")
         labels, note = _parse_labels(lb_file, nc)
         return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
     except UnicodeDecodeError:
@@ -498,15 +583,76 @@ def label_cache_paths(source: Path) -> list[Path]:
     return [fallback] if os.environ.get("YOLO_CACHE_DIR") else [beside, fallback]
 
 
-def _load_cache(path: Path, expected_hash: str) -> dict | None:
-    """A label cache written by _save_cache, or None when absent, stale or not ours (never unpickles)."""
+CACHE_KEYS = ("version", "hash", "im_files", "shapes", "counts", "labels", "msgs", "stats")  # what _scan writes
+
+
+def _cache_members(path: Path) -> dict[str, zipfile.ZipInfo] | None:
+    """The members of a label cache of ours (a plain file: an uncompressed zip of our arrays, no more data in it
+    than the file holds), or None for anything else: a YOLOv5 pickle, a user's file, a link, a crafted zip."""
     try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        size = os.path.getsize(path)
+        with zipfile.ZipFile(path) as zf:
+            members = {m.filename.removesuffix(".npy"): m for m in zf.infolist()}
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return None
+    stored = all(m.compress_type == zipfile.ZIP_STORED for m in members.values())
+    if set(members) != set(CACHE_KEYS) or not stored or sum(m.file_size for m in members.values()) > size:
+        return None
+    return members
+
+
+def _array_headers_fit(path: Path, members: dict[str, zipfile.ZipInfo]) -> bool:
+    """Each member's .npy header (read before any array) claims no more bytes than the member holds, no objects."""
+    with zipfile.ZipFile(path) as zf:
+        for m in members.values():
+            with zf.open(m) as f:
+                version = np.lib.format.read_magic(f)
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else None
+                read_header = read_header or np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(f)
+            if dtype.hasobject or math.prod(shape) * dtype.itemsize > m.file_size:
+                return False
+    return True
+
+
+def _cache_consistent(cache: dict, listed: set[str]) -> bool:
+    """The arrays of a cache fit together, and its images are among those listed for the split."""
+    n, counts, labels = len(cache["im_files"]), cache["counts"], cache["labels"]
+    return (
+        cache["im_files"].ndim == 1
+        and cache["shapes"].shape == (n, 2)
+        and counts.shape == (n,)
+        and labels.ndim == 2
+        and labels.shape[1] == 5
+        and int(counts.sum()) == len(labels)
+        and (counts >= 0).all()
+        and cache["stats"].shape == (3,)
+        and cache["msgs"].ndim == 1
+        and all(str(f) in listed for f in cache["im_files"])
+    )
+
+
+def _load_cache(path: Path, expected_hash: str, listed: set[str] | None = None, prefix: str = "") -> dict | None:
+    """A label cache written by _save_cache, or None when absent, stale or not ours (never unpickles). A file under
+    our name that is not a cache, or a cache that does not fit together, gets a warning: labels are checked again."""
+    if not os.path.lexists(path):
+        return None
+    members = _cache_members(path)
+    try:
+        if members is None or not _array_headers_fit(path, members):
+            raise ValueError("not a label cache written by this project")
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != CACHE_VERSION or str(z["hash"]) != expected_hash:
-                return None
-            return {k: z[k] for k in z.files}
-    except Exception:  # a YOLOv5 pickle cache, a truncated file, anything else: just rebuild
+                return None  # ours, but stale: rebuilt silently
+            cache = {k: z[k] for k in z.files}
+        if listed is not None and not _cache_consistent(cache, listed):
+            raise ValueError("its arrays do not fit together or name images not in this split")
+    except Exception as e:  # a YOLOv5 pickle, a truncated or crafted file, anything else: check the labels again
+        LOGGER.warning(f"{prefix}WARNING: ignoring label cache {path} ({' '.join(str(e).split())[:200]})")
         return None
+    return cache
 
 
 def writable(path: str | Path) -> bool:
@@ -522,14 +668,17 @@ def writable(path: str | Path) -> bool:
 
 
 def _save_cache(path: Path, cache: dict) -> bool:
-    """Write a cache atomically; False when its location is not writable."""
-    if not writable(path):
+    """Write a cache atomically; False when its location is not writable, or when a file that is not a cache of ours
+    has our cache's name there (it is never replaced)."""
+    if not writable(path) or os.path.lexists(path) and _cache_members(path) is None:
         return False
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with open(tmp, "xb") as f:  # x: a new file of ours, never one that exists
             np.savez(f, **cache)
+        if os.path.lexists(path) and _cache_members(path) is None:  # appeared while we wrote
+            raise FileExistsError
         os.replace(tmp, path)
         return True
     except OSError:  # read-only filesystem, disk full
@@ -538,6 +687,69 @@ def _save_cache(path: Path, cache: dict) -> bool:
         except OSError:
             pass
         return False
+
+
+IMAGE_CACHE_SUFFIX = ".yolo-images"  # --cache disk: a folder of ours beside the label cache, never beside the images
+IMAGE_CACHE_MARKER = ".yolo-image-cache"  # in every such folder: only a folder holding it is written into
+
+
+def image_cache_dirs(label_caches: list[Path]) -> list[Path]:
+    """Where --cache disk may keep decoded images: a folder beside each place a label cache may go, in order."""
+    return [p.with_name(p.name.removesuffix(LABEL_CACHE_SUFFIX) + IMAGE_CACHE_SUFFIX) for p in label_caches]
+
+
+def _own_cache_folder(folder: Path) -> bool:
+    """True when folder is a writable image-cache folder of ours, creating it (with its marker) if absent."""
+    if os.path.lexists(folder) and not (folder.is_dir() and not folder.is_symlink()):
+        return False
+    if not writable(folder):
+        return False
+    try:
+        folder.mkdir(parents=True)
+        (folder / IMAGE_CACHE_MARKER).write_text("decoded images of --cache disk, written by yolo; safe to delete\n")
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    return (folder / IMAGE_CACHE_MARKER).is_file()
+
+
+def _npy_path(folder: Path, image: str) -> str | None:
+    """The cache file of an image: named by its path, size and modification time, so a replaced image is never
+    served from the old pixels (its new state has a new name); None when the image cannot be stat'ed."""
+    try:
+        st = os.stat(image)
+    except OSError:
+        return None
+    key = hashlib.sha256(os.path.abspath(image).encode()).hexdigest()[:20]
+    return str(folder / f"{key}-{st.st_size:x}-{st.st_mtime_ns:x}.npy")
+
+
+def _prune_image_cache(folder: Path, npy_files: list[str | None]) -> list[int]:
+    """Remove the stale cache files of these images (an older state of the same path) from our folder; return the
+    indices of the images whose current cache file is missing."""
+    try:
+        present = {e.name for e in os.scandir(folder) if e.name.endswith(".npy")}
+    except OSError:
+        present = set()
+    wanted = {os.path.basename(f) for f in npy_files if f}
+    keys = {name.split("-", 1)[0] for name in wanted}
+    for name in present - wanted:
+        if name.split("-", 1)[0] in keys:
+            with contextlib.suppress(OSError):
+                os.unlink(folder / name)
+    return [i for i, f in enumerate(npy_files) if f and os.path.basename(f) not in present]
+
+
+def _load_npy(file: str, shape_wh) -> np.ndarray | None:
+    """A cached image if it is exactly the (h, w, 3) uint8 array expected (checked from its header, memory-mapped
+    before anything is copied), else None: the image is then read from its file."""
+    try:
+        cached = np.load(file, mmap_mode="r", allow_pickle=False)
+        ok = cached.dtype == np.uint8 and cached.shape == (int(shape_wh[1]), int(shape_wh[0]), 3)
+        return np.array(cached) if ok else None
+    except (OSError, ValueError, EOFError):
+        return None
 
 
 class LoadImagesAndLabels(Dataset):
@@ -562,7 +774,7 @@ class LoadImagesAndLabels(Dataset):
         nc: int | None = None,
     ):
         self.img_size, self.augment, self.rect, self.stride, self.prefix = img_size, augment, rect, stride, prefix
-        self.hyp = hyp if hyp is not None or not augment else load_hyp("hyp.scratch.yaml")
+        self.hyp = hyp if hyp is not None or not augment else load_hyp(ROOT / "data" / "hyp.scratch.yaml")
         self.mosaic = augment and not rect  # mosaic mixes images, so it cannot keep rectangular batches
         self.mosaic_border = [-img_size // 2, -img_size // 2]
         self.path = path
@@ -585,7 +797,7 @@ class LoadImagesAndLabels(Dataset):
             self._rect_shapes(batch_size, pad)
         self._bad: set[int] = set()
         self.ims = [None] * n
-        self.npy_files = [os.path.splitext(f)[0] + ".npy" for f in self.im_files]
+        self.npy_files: list[str | None] = [None] * n  # --cache disk: each image's .npy in our cache folder
         self.cache_mode = self._cache_images(cache)
 
     # -- labels --------------------------------------------------------------------------------------------------------
@@ -593,8 +805,10 @@ class LoadImagesAndLabels(Dataset):
         """Verified (images, labels, shapes), from the cache when its hash matches; logs the summary."""
         p = Path(self.path[0] if isinstance(self.path, (list, tuple)) else self.path)
         candidates = label_cache_paths(p if p.is_file() else Path(lb_files[0]).parent)
+        self.cache_places = candidates  # the disk image cache goes beside whichever of these is usable
         digest = _files_hash(lb_files + im_files, self.nc)
-        cache = next((c for c in (_load_cache(f, digest) for f in candidates) if c is not None), None)
+        listed = set(im_files)
+        cache = next((c for c in (_load_cache(f, digest, listed, self.prefix) for f in candidates) if c), None)
         if cache is None:
             cache = self._scan(im_files, lb_files)
             cache["hash"] = np.array(digest)
@@ -602,7 +816,8 @@ class LoadImagesAndLabels(Dataset):
             if saved == candidates[0]:
                 LOGGER.info(f"{self.prefix}New cache created: {saved}")
             elif saved is not None:
-                LOGGER.info(f"{self.prefix}{candidates[0].parent} is not writable, label cache saved as {saved}")
+                why = "holds a file of that name" if os.path.lexists(candidates[0]) else "is not writable"
+                LOGGER.info(f"{self.prefix}{candidates[0].parent} {why}, label cache saved as {saved}")
             else:
                 LOGGER.warning(
                     f"{self.prefix}WARNING: cache not saved ({', '.join(str(f.parent) for f in candidates)}"
@@ -687,13 +902,17 @@ class LoadImagesAndLabels(Dataset):
         if mode not in (None, "ram", "disk"):
             raise DatasetError(f"cache must be 'ram', 'disk' or None, got {cache!r}")
         if mode == "disk":
-            if not all(writable(d) for d in {os.path.dirname(f) for f in self.npy_files}):
-                LOGGER.warning(f"{self.prefix}WARNING: image folder not writable, --cache disk disabled")
+            folder = next((d for d in image_cache_dirs(self.cache_places) if _own_cache_folder(d)), None)
+            if folder is None:
+                places = ", ".join(str(d) for d in image_cache_dirs(self.cache_places))
+                LOGGER.warning(f"{self.prefix}WARNING: no folder of ours to write to ({places}), --cache disk disabled")
                 return None
-            todo = [i for i, f in enumerate(self.npy_files) if not os.path.isfile(f)]
+            self.npy_files = [_npy_path(folder, f) for f in self.im_files]
+            todo = _prune_image_cache(folder, self.npy_files)
             with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
                 for i in todo:
                     pool.submit(self._write_npy, i)
+            LOGGER.info(f"{self.prefix}Disk image cache: {folder} ({len(todo)} images written)")
         elif mode == "ram":
             if not self._ram_fits():
                 return None
@@ -705,9 +924,18 @@ class LoadImagesAndLabels(Dataset):
         return mode
 
     def _write_npy(self, i: int) -> None:
-        im = read_image(self.im_files[i])
-        if im is not None:
-            np.save(self.npy_files[i], im, allow_pickle=False)
+        """The decoded image into its cache file (a new temporary file of ours, then renamed into our folder)."""
+        im, target = read_image(self.im_files[i]), self.npy_files[i]
+        if im is None or target is None:
+            return
+        tmp = f"{target}.{secrets.token_hex(4)}.tmp"
+        try:
+            with open(tmp, "xb") as f:
+                np.save(f, im, allow_pickle=False)
+            os.replace(tmp, target)
+        except OSError:  # disk full: the image is read from its file instead
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
     def _ram_fits(self) -> bool:
         """Estimate the RAM cache size from the image shapes; refuse it above 90% of free memory."""
@@ -729,12 +957,7 @@ class LoadImagesAndLabels(Dataset):
         """Image i as BGR uint8 resized so its long side is img_size: (image, (h0, w0), (h, w))."""
         if self.ims[i] is not None:
             return self.ims[i]
-        im = None
-        if os.path.isfile(self.npy_files[i]):
-            try:
-                im = np.load(self.npy_files[i], allow_pickle=False)
-            except (OSError, ValueError):
-                im = None
+        im = _load_npy(self.npy_files[i], self.shapes[i]) if self.npy_files[i] else None
         if im is None:
             im = read_image(self.im_files[i])
         if im is None:  # it was fine when verified; keep training on a grey placeholder rather than crash

@@ -1,18 +1,21 @@
 """A small deterministic synthetic detection dataset: coloured geometric shapes on noisy backgrounds.
 
 Layout (YOLO): <root>/images/{train,val}/*.jpg and <root>/labels/{train,val}/*.txt. data/shapes.yaml points at
-../datasets/shapes and generates it on first use. Each class has its own shape and colour family, so a nano
-model trained from scratch for a few epochs learns it.
+../datasets/shapes and generates it on first use; it is only ever written into an absent or empty folder. Each
+class has its own shape and colour family, so a nano model trained from scratch for a few epochs learns it.
 """
 
 import argparse
 import math
 import os
+import secrets
 import shutil
 from pathlib import Path
 
 import cv2
 import numpy as np
+
+from utils.errors import YoloError
 
 CLASSES = ("circle", "square", "triangle", "star", "cross")
 # BGR base colour of each class: red, green, blue, white, magenta. Per-object jitter stays well apart from the
@@ -20,6 +23,10 @@ CLASSES = ("circle", "square", "triangle", "star", "cross")
 COLORS = ((40, 40, 220), (40, 200, 40), (220, 80, 30), (235, 235, 235), (210, 40, 210))
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "shapes"
 N_TRAIN, N_VAL, IMG_SIZE, SEED = 400, 60, 256, 0
+
+
+class ShapesError(YoloError):
+    """The shapes dataset cannot be written where asked (the folder is not empty, or not writable); one line."""
 
 
 def _polygon(cls: int, cx: float, cy: float, r: float, angle: float) -> np.ndarray:
@@ -94,6 +101,19 @@ def _write_split(folder: Path, split: str, n: int, size: int, rng: np.random.Gen
         (folder / "labels" / split / f"{name}.txt").write_text(lines)
 
 
+def _check_target(root: Path) -> None:
+    """Refuse a root that exists and is not an empty folder: generating never deletes or writes over anything."""
+    try:
+        occupied = root.exists() and (not root.is_dir() or any(root.iterdir()))
+    except OSError as e:
+        raise ShapesError(f"cannot look into {root}: {e.strerror or e}") from None
+    if occupied:
+        raise ShapesError(
+            f"{root} exists and is not empty: the shapes dataset is only written into an absent or empty folder "
+            "(nothing was changed; choose another folder, or remove this one yourself to regenerate it)"
+        )
+
+
 def generate_shapes(
     root: str | Path = DEFAULT_ROOT,
     n_train: int = N_TRAIN,
@@ -101,21 +121,28 @@ def generate_shapes(
     img_size: int = IMG_SIZE,
     seed: int = SEED,
 ) -> Path:
-    """Write the shapes dataset (train and val splits) under root; same arguments, same bytes. Returns root."""
+    """Write the shapes dataset (train and val splits) into root, which must be absent or an empty folder (else
+    ShapesError, nothing changed); same arguments, same bytes. Returns root."""
     root = Path(root).resolve()
-    tmp = root.parent / f".{root.name}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    # one generator per split, so the val split does not change when n_train does
-    for split, n, offset in (("train", n_train, 0), ("val", n_val, 1)):
-        _write_split(tmp, split, n, img_size, np.random.default_rng([seed, offset]))
-    # move the finished splits in at the end: an interrupted run never leaves a half-written dataset behind
-    for kind in ("images", "labels"):
-        (root / kind).mkdir(parents=True, exist_ok=True)
-        for split in ("train", "val"):
-            shutil.rmtree(root / kind / split, ignore_errors=True)
-            (root / kind / f"{split}.yolo-labels.npz").unlink(missing_ok=True)  # ours only, never YOLOv5's .cache
-            os.replace(tmp / kind / split, root / kind / split)
-    shutil.rmtree(tmp, ignore_errors=True)
+    _check_target(root)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = root.parent / f".{root.name}.{secrets.token_hex(4)}.tmp"
+        tmp.mkdir()  # a new name of our own: fails rather than reuse anything that exists
+    except OSError as e:
+        raise ShapesError(f"cannot create the shapes dataset in {root.parent}: {e.strerror or e}") from None
+    try:
+        # one generator per split, so the val split does not change when n_train does
+        for split, n, offset in (("train", n_train, 0), ("val", n_val, 1)):
+            _write_split(tmp, split, n, img_size, np.random.default_rng([seed, offset]))
+        # the finished dataset moves in at once: an interrupted run never leaves a half-written one behind
+        if root.is_dir():
+            root.rmdir()  # empty (checked above); rmdir itself refuses a folder that has been filled since
+        os.rename(tmp, root)  # fails, changing nothing, if root has reappeared meanwhile
+    except OSError as e:
+        raise ShapesError(f"cannot create the shapes dataset in {root}: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # our own staging folder (gone already after the rename)
     return root
 
 
@@ -127,10 +154,10 @@ def write_data_yaml(root: str | Path, file: str | Path) -> Path:
     return file
 
 
-def main() -> None:
+def main() -> int:
     """Command line: python -m utils.shapes [--root DIR] [--n-train N] [--n-val N] [--img SIZE] [--seed S]."""
     ap = argparse.ArgumentParser(description="Generate the synthetic shapes detection dataset")
-    ap.add_argument("--root", default=str(DEFAULT_ROOT), help="output folder")
+    ap.add_argument("--root", default=str(DEFAULT_ROOT), help="output folder (absent or empty)")
     ap.add_argument("--n-train", type=int, default=N_TRAIN)
     ap.add_argument("--n-val", type=int, default=N_VAL)
     ap.add_argument("--img", type=int, default=IMG_SIZE, help="image size (square, px)")
@@ -138,7 +165,10 @@ def main() -> None:
     args = ap.parse_args()
     root = generate_shapes(args.root, args.n_train, args.n_val, args.img, args.seed)
     print(f"shapes dataset written to {root} ({args.n_train} train, {args.n_val} val images)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from utils.cli import run_cli
+
+    raise SystemExit(run_cli(main))
