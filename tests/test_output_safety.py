@@ -26,7 +26,7 @@ from models.detector import Detector, DetectorError, to_images
 from utils.metrics import COCO80_NAMES, CocoEvaluator
 from utils.outputs import OutputOptions, Outputs
 from utils.plots import Annotator
-from utils.predict import ImageResult, Prediction, detections_text
+from utils.predict import DetectError, ImageResult, Prediction, detections_text
 from utils.sources import LoadImages, Source, check_source
 from utils.validate import ValidationResult
 
@@ -171,7 +171,7 @@ def test_test_run_folder_is_reserved_and_printed_absolute(shared, tmp_path, monk
     root = tmp_path / "flat"
     yaml = _flat_dataset(shared, root, n=2)
     monkeypatch.chdir(tmp_path)
-    argv = [*_test_argv(shared, yaml), "--save-txt", "--noplots", "--project", "runs/test"]
+    argv = [*_test_argv(shared, yaml), "--save-txt", "--no-plots", "--project", "runs/test"]
     assert yolo_test.main(argv) == 0
     assert yolo_test.main(argv) == 0
     first, second = Path.cwd() / "runs/test/exp", Path.cwd() / "runs/test/exp2"
@@ -273,6 +273,27 @@ def test_detector_on_tiny_arrays_runs_or_says_why(detector):
             assert "\n" not in str(e)
         else:
             assert result.orig_shape == shape[:2]
+
+
+def test_results_save_never_replaces_its_input_or_a_users_file(detector, shared, tmp_path):
+    photos = tmp_path / "photos"
+    source = _small_copy(shared, "bus.jpg", photos)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "bus.jpg").write_bytes(b"my other bus")
+    before = _hashes(tmp_path)
+    (result,) = detector(str(source))
+    with pytest.raises(DetectError, match="bus.jpg: it is one of the inputs"):
+        result.save(photos)  # the input's own folder
+    with pytest.raises(DetectError, match="bus.jpg: it exists and was not written by a run"):
+        result.save(mine)
+    assert _hashes(tmp_path) == before
+    out = tmp_path / "out"
+    first = result.save(out)  # a new folder becomes a run folder: saving again replaces our own file
+    assert result.save(out) == first and (out / RUN_MARKER).is_file()
+    (again,) = detector(str(first))  # the annotated copy as the input: never drawn over itself
+    with pytest.raises(DetectError, match="it is one of the inputs"):
+        again.save(out)
 
 
 # --- item 10: PIL 16-bit and float images, devices and FIFOs, symlink loops --------------------------------------

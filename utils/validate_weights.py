@@ -6,6 +6,8 @@ exp2, ...; --exist-ok reuses only a folder a run made), never into one that hold
 """
 
 import contextlib
+import errno
+import os
 from pathlib import Path
 
 import torch
@@ -78,7 +80,7 @@ def run(
     stride = max(int(model.stride.max()), 32)
     imgsz, batch_size, square = _input_plan(model, check_img_size(imgsz, stride), batch_size, task)
     loader = _validation_loader(data, split, square, imgsz, batch_size, stride, single_cls, workers, nc)
-    save_dir = reserve_run_dir(Path(project) / name, exist_ok)
+    save_dir = _reserve(project, name, exist_ok)
     check_outside_dataset(save_dir, loader.dataset)
     options = ValidationOptions(
         conf_thres=conf_thres,
@@ -112,6 +114,16 @@ def _save_results(save_dir: Path, result: ValidationResult, save_txt: bool) -> N
     LOGGER.info(
         f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt else "")
     )
+
+
+def _reserve(project: str | Path, name: str, exist_ok: bool) -> Path:
+    """The run folder project/name (exp, exp2, ...; with exist_ok only a run's own folder), created and marked."""
+    if not str(name).strip():  # project/'' is project itself, which would be incremented to a sibling folder
+        raise TestError("--name is empty: give the run folder's name (default exp)")
+    if Path(project).exists() and not Path(project).is_dir():  # say so, rather than mkdir's 'File exists'
+        folder = (Path(project) / name).absolute()
+        raise TestError(f"cannot create the results folder {folder}: {os.strerror(errno.ENOTDIR)}")
+    return reserve_run_dir(Path(project) / name, exist_ok)
 
 
 def _count_images(data: dict, split: str) -> int:
@@ -238,7 +250,7 @@ def score_files(
         f"{Path(pred_json).name} against {Path(ann_json).name} ({metrics.images} images, "
         f"{int(metrics.instances.sum())} instances):\n{format_coco_stats(metrics.stats)}"
     )
-    save_dir = reserve_run_dir(Path(project) / name, exist_ok)
+    save_dir = _reserve(project, name, exist_ok)
     write_results_json(save_dir / "results.json", metrics, (0.0, 0.0, 0.0))
     LOGGER.info(f"Results saved to {save_dir}")
     return metrics
