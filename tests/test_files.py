@@ -50,7 +50,7 @@ def test_exist_ok_claims_an_empty_or_missing_folder(tmp_path):
 
 def test_a_file_in_the_way_is_one_line(tmp_path):
     (tmp_path / "exp").write_text("mine")
-    with pytest.raises(RunFolderError, match="it is a file"):
+    with pytest.raises(RunFolderError, match="is a file, not a folder"):
         reserve_run_dir(tmp_path / "exp", exist_ok=True)
     assert (tmp_path / "exp").read_text() == "mine"
 

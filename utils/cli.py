@@ -16,11 +16,22 @@ from utils.errors import YoloError
 from utils.log import LOGGER, one_line
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each option's default, except where a default says nothing (on/off flags, None, '')."""
+
+    def _get_help_string(self, action):
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
+            return action.help
+        if action.default in (None, "", [], argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse.ArgumentParser whose errors are one line (no usage block), exit code 2; --help shows defaults."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):

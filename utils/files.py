@@ -36,8 +36,9 @@ def reserve_run_dir(path: str | Path, exist_ok: bool = False) -> Path:
     `--project`/`--name` pointing at a dataset or a folder of photos never writes there.
     """
     path = Path(path).absolute()
-    if path.exists() and not path.is_dir():
-        raise RunFolderError(f"cannot use {path} as the output folder: it is a file")
+    for folder in (path, *path.parents):
+        if folder.exists() and not folder.is_dir():
+            raise RunFolderError(f"cannot create the output folder {path}: {folder} is a file, not a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
