@@ -137,7 +137,7 @@ def billion_laughs() -> str:
 
 def test_data_yaml_alias_bomb_is_one_line_within_bounds(tmp_path):
     bomb = tmp_path / "bomb.yaml"
-    bomb.write_text("names: [a]\ntrain: x\n" + billion_laughs())
+    bomb.write_text("train: x\n" + billion_laughs() + "names: *i\n")  # str() of each name expands 9**9 leaves
     assert len(bomb.read_bytes()) < 800
     out = run_bounded(
         "from utils.datasets import DatasetError, load_data_config\n",
@@ -365,12 +365,15 @@ def test_disk_cache_follows_a_replaced_image(tmp_path, cache_dir):
     assert len(list(Path(second.npy_files[0]).parent.glob("*.npy"))) == 1  # the stale copy is gone
 
 
-def test_disk_cache_never_writes_over_a_user_file(tmp_path, cache_dir):
-    images = make_dataset(tmp_path, {"a.png": grey()}, {"a": LABEL})
-    (images / "a.npy").write_bytes(b"my depth map")
+def test_disk_cache_never_uses_or_writes_over_a_user_file(tmp_path, cache_dir):
+    images = make_dataset(tmp_path, {"a.png": grey(), "b.png": grey()}, {"a": LABEL, "b": LABEL})
+    np.save(images / "a.npy", np.zeros((48, 64, 3), np.uint8))  # the user's own arrays beside the images
+    (images / "b.npy").write_bytes(b"my notes")
+    before = tree_hashes(images)
     ds = LoadImagesAndLabels(images, img_size=64, cache="disk")
-    assert ds.cache_mode == "disk" and (images / "a.npy").read_bytes() == b"my depth map"
-    assert str(cache_dir) in ds.npy_files[0]
+    assert ds.cache_mode == "disk" and tree_hashes(images) == before
+    assert all(str(cache_dir) in f for f in ds.npy_files)
+    np.testing.assert_array_equal(ds.load_image(0)[0], grey())  # the image's pixels, not the user's a.npy
 
 
 def test_damaged_disk_cache_file_is_not_used(tmp_path, cache_dir):

@@ -11,6 +11,7 @@ MAX_DECODED_BYTES (a few-kilobyte PNG can claim gigabytes) is refused from its h
 """
 
 import io
+import math
 import os
 import stat
 import struct
@@ -199,10 +200,14 @@ def _tiff_upright(raw: bytes) -> bytes:
 def _to_uint8(image: np.ndarray) -> np.ndarray:
     """16-bit, float or other integer pixels as uint8, converted a block of rows at a time (small temporaries)."""
     out = np.empty(image.shape, np.uint8)
-    rows = max(1, _CONVERT_ROWS // max(1, image[0].size))
+    rows = max(1, _CONVERT_ROWS // max(1, math.prod(image.shape[1:])))
     float_scale = None
-    if image.dtype.kind == "f":  # float images are usually in [0, 1]
-        float_scale = 255.0 if np.nan_to_num(image.max(initial=0.0)) <= 1.0 else 1.0
+    if image.dtype.kind == "f":  # float images are usually in [0, 1]; NaN counts as 0, infinity as large
+        peak = max(
+            float(np.nan_to_num(image[i : i + rows].astype(np.float32)).max(initial=0.0))
+            for i in range(0, len(image), rows)
+        )
+        float_scale = 255.0 if peak <= 1.0 else 1.0
     for start in range(0, len(image), rows):
         block = image[start : start + rows]
         if image.dtype == np.uint16:  # 65535 -> 255, rounded: floor((2x + 257) / 514) = round(x / 257)
