@@ -92,18 +92,19 @@ def safe_download(url: str, file: str | Path, timeout: float = 30.0, min_bytes: 
 
 
 def attempt_download_weights(
-    weights: str | Path, weights_dir: str | Path = WEIGHTS_DIR, base_url: str = GITHUB_RELEASE, timeout: float = 30.0
+    weights: str | Path, weights_dir: str | Path | None = None, base_url: str = GITHUB_RELEASE, timeout: float = 30.0
 ) -> Path:
     """Path to a weights file or export: as given if it exists; a bare name missing here from weights_dir (with a
-    log line), downloaded from the release when it is an official asset.
+    log line), downloaded from the release when it is an official asset. weights_dir defaults to WEIGHTS_DIR as it
+    is when called (tests point it at a temporary folder).
 
     A path with a folder part (`/some/dir/yolov5n.pt`) is never swapped for weights/yolov5n.pt: it is returned
     as given when missing, so the loader reports it as not found. So are other missing names.
     """
-    path = Path(weights)
-    found = resolve_bare_name(path, Path(weights_dir), "weights")
+    path, weights_dir = Path(weights), Path(WEIGHTS_DIR if weights_dir is None else weights_dir)
+    found = resolve_bare_name(path, weights_dir, "weights")
     if found is not None:
         return found
     if str(path) != path.name or not RELEASE_WEIGHTS.fullmatch(path.name):
         return path
-    return safe_download(f"{base_url.rstrip('/')}/{path.name}", Path(weights_dir) / path.name, timeout, 100_000)
+    return safe_download(f"{base_url.rstrip('/')}/{path.name}", weights_dir / path.name, timeout, 100_000)
