@@ -409,7 +409,7 @@ def test_fifo_and_device_in_a_folder_or_list_are_skipped(tmp_path):
     os.mkfifo(images / "pipe.jpg")
     (images / "zero.jpg").symlink_to("/dev/zero")
     listing = tmp_path / "list.txt"
-    listing.write_text(f"{images / 'a.jpg'}\n{images / 'pipe.jpg'}\n{images / 'zero.jpg'}\n/dev/zero\n")
+    listing.write_text(f"{images / 'a.jpg'}\n{images / 'pipe.jpg'}\nimages/train/zero.jpg\n/dev/zero\n")
     out = run_bounded(
         "from utils.datasets import LoadImagesAndLabels\n",
         f"""

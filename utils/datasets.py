@@ -384,21 +384,27 @@ def img2label_paths(img_paths: list[str]) -> list[str]:
     return [os.path.splitext(sb.join(p.rsplit(sa, 1)))[0] + ".txt" for p in img_paths]
 
 
-def _listed_images(list_file: Path, prefix: str) -> list[str]:
-    """The image paths of a split's .txt list (one per line, relative to the list's folder), bounded in size."""
+def _listed_images(list_file: Path, prefix: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The image paths of a split's .txt list (one per line, relative to the list's folder), bounded in size, and
+    the (path, reason) of listed FIFOs, devices and sockets, named as listed (a link to /dev/zero by its name)."""
     try:
         text = read_regular_file(list_file, MAX_LIST_BYTES).decode("utf-8-sig")
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise DatasetError(f"{prefix}cannot read image list {list_file}: {getattr(e, 'strerror', None) or e}") from None
-    files = []
+    files, skipped = [], []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if "\0" in line:  # pathlib cannot even resolve it
             raise DatasetError(f"{prefix}{list_file} line {n}: not a file path (NUL character)")
         if line:
-            f = Path(line)
-            files.append(str(f if f.is_absolute() else (list_file.parent / f).resolve()))
-    return files
+            absolute = Path(line).is_absolute()
+            f = Path(line) if absolute else list_file.parent / line
+            kind = _special_file(str(f))
+            if kind:
+                skipped.append((str(f), f"{kind}, not a regular file: skipped"))
+            else:
+                files.append(str(f if absolute else f.resolve()))
+    return files, skipped
 
 
 def _special_file(path: str) -> str | None:
@@ -420,12 +426,9 @@ def list_image_files(path, prefix: str = "") -> list[str]:
         if p.is_dir():
             files += list_files(p, recursive=True, skipped=found)
         elif p.suffix.lower() == ".txt" and p.exists():
-            for f in _listed_images(p, prefix):
-                kind = _special_file(f)
-                if kind:  # listed by name: always worth a word, whatever the name
-                    skipped.append((f, f"{kind}, not a regular file: skipped"))
-                else:
-                    files.append(f)
+            listed, special = _listed_images(p, prefix)
+            files += listed
+            skipped += special  # listed by name: always worth a word, whatever the name
         elif p.is_file():
             files.append(str(p))
         elif p.exists():
