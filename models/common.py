@@ -10,6 +10,45 @@ def autopad(kernel: int, padding: int | None = None) -> int:
     return kernel // 2 if padding is None else padding
 
 
+# What a block costs, found from its arguments without building it: a model config is checked against size limits
+# before any of its tensors is allocated (models.yolo.check_model_cost). Each returns (parameters, multiply-adds,
+# output elements, output size) for a size x size input, counting the block's inner convolutions too.
+Cost = tuple[int, int, int, int]
+
+
+def conv_cost(size: int, c1: int, c2: int, k: int = 1, s: int = 1, p: int | None = None, g: int = 1, act=True) -> Cost:
+    """Conv(c1, c2, k, s, p, g): k x k weights over c1 / g inputs per output channel, a BatchNorm (2 per channel)."""
+    out = max((size + 2 * autopad(k, p) - k) // s + 1, 0)
+    weights = c2 * (c1 // g) * k * k
+    return weights + 2 * c2, weights * out * out, c2 * out * out, out
+
+
+def _chain(size: int, *costs: Cost) -> Cost:
+    """Blocks run on the same input size, summed (YOLOv5's blocks keep the size: stride 1, padded)."""
+    return sum(c[0] for c in costs), sum(c[1] for c in costs), sum(c[2] for c in costs), size
+
+
+def bottleneck_cost(size: int, c1: int, c2: int, shortcut=True, g: int = 1, e: float = 0.5) -> Cost:
+    hidden = int(c2 * e)
+    return _chain(size, conv_cost(size, c1, hidden), conv_cost(size, hidden, c2, 3, g=g))
+
+
+def c3_cost(size: int, c1: int, c2: int, n: int = 1, shortcut=True, g: int = 1, e: float = 0.5) -> Cost:
+    hidden = int(c2 * e)
+    inner = bottleneck_cost(size, hidden, hidden, shortcut, g, 1.0)
+    convs = (conv_cost(size, c1, hidden), conv_cost(size, c1, hidden), conv_cost(size, 2 * hidden, c2))
+    return _chain(size, *convs, (n * inner[0], n * inner[1], n * inner[2], size))
+
+
+def sppf_cost(size: int, c1: int, c2: int, k: int = 5) -> Cost:
+    """Two convolutions and three k x k max-pools (counted as k * k operations per pooled element)."""
+    hidden = c1 // 2
+    pools = 3 * k * k * hidden * size * size
+    return _chain(
+        size, conv_cost(size, c1, hidden), conv_cost(size, hidden * 4, c2), (0, pools, 3 * hidden * size * size, size)
+    )
+
+
 class Conv(nn.Module):
     """Conv2d (no bias) + BatchNorm2d + SiLU; the BN folds into the conv for inference."""
 

@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from models.checkpoint import CheckpointError, load_model
-from utils.downloads import attempt_download_weights
 
 
 class Ensemble(nn.Module):
@@ -46,7 +45,7 @@ def load_models(
     paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
     if not paths:
         raise CheckpointError("no weights given: pass at least one weights file")
-    models = [load_model(attempt_download_weights(p), device, fuse=fuse) for p in paths]
+    models = [load_model(p, device, fuse=fuse) for p in paths]  # load_model resolves bare names as detect.py does
     if len(models) == 1:
         return models[0]
     _check_same_classes(models, paths)
