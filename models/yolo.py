@@ -130,13 +130,20 @@ def load_cfg(cfg: str | Path | dict) -> dict:
     FileNotFoundError when missing (a path with a folder part is never swapped for a file in models/);
     ModelConfigError (one line) when it is not a bounded YAML mapping (aliases refused, size and depth capped)."""
     if isinstance(cfg, dict):
-        return deepcopy(cfg)
+        try:
+            return deepcopy(cfg)
+        except RecursionError:  # a dict built in code; those from files are bounded in depth when read
+            raise ModelConfigError("the model config is nested too deeply") from None
     path = resolve_bare_name(cfg, CFG_DIR, "cfg")
     if path is None:
         raise FileNotFoundError(f"model config not found: {cfg}")
     if path.is_dir():
         raise ModelConfigError(f"{path} is a folder, not a model YAML file")
-    data = read_yaml(path, ModelConfigError)
+    try:
+        data = read_yaml(path, ModelConfigError)
+    except ModelConfigError as e:  # callers name the file ("unusable model config <path>: ..."): say why only
+        reason = str(e).removeprefix(f"{path} ").replace("could not be read as YAML", "not readable as YAML", 1)
+        raise ModelConfigError(reason) from None
     if not isinstance(data, dict):
         raise ModelConfigError(f"{path} must hold a YAML mapping with nc, anchors, backbone and head")
     return data
@@ -145,12 +152,16 @@ def load_cfg(cfg: str | Path | dict) -> dict:
 def _check_cfg(cfg: dict) -> list:
     """The layer list of a model config; ModelConfigError naming the first entry that cannot describe a model."""
     nc = cfg.get("nc")
-    if not _whole(nc, 1) or nc > MAX_CLASSES:
-        raise ModelConfigError(f"'nc' must be a whole number in 1..{MAX_CLASSES}, got {_short.repr(nc)}")
+    if not _whole(nc, 1):
+        raise ModelConfigError(f"'nc' must be a whole number >= 1, got {_short.repr(nc)}")
+    if nc > MAX_CLASSES:
+        raise ModelConfigError(f"'nc' is {nc}: more than {MAX_CLASSES} classes")
     for key in ("depth_multiple", "width_multiple"):
         v = cfg.get(key, 1.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_MULTIPLE:
-            raise ModelConfigError(f"'{key}' must be a positive number <= {MAX_MULTIPLE:g}, got {_short.repr(v)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ModelConfigError(f"'{key}' must be a positive number, got {_short.repr(v)}")
+        if v > MAX_MULTIPLE:  # yolov5x uses 1.33 and 1.25
+            raise ModelConfigError(f"'{key}' is {v:g}: at most {MAX_MULTIPLE:g} (yolov5x uses 1.33 and 1.25)")
     _check_anchors(cfg.get("anchors"))
     backbone, head = cfg.get("backbone"), cfg.get("head")
     if not isinstance(backbone, list) or not isinstance(head, list) or not backbone + head:
@@ -203,8 +214,10 @@ def _check_layer(i: int, layer, last: bool) -> None:
     if bad:
         valid = f"-1, 0..{i - 1} or -{i}..-1" if i else "-1 (the input image)"
         raise ModelConfigError(f"layer {i}: input {bad[0]} is not an earlier layer (valid: {valid})")
-    if not _whole(n, 1) or n > MAX_BLOCKS:
-        raise ModelConfigError(f"layer {i}: repeats must be a whole number in 1..{MAX_BLOCKS}, got {_short.repr(n)}")
+    if not _whole(n, 1):
+        raise ModelConfigError(f"layer {i}: repeats must be a whole number >= 1, got {_short.repr(n)}")
+    if n > MAX_BLOCKS:
+        raise ModelConfigError(f"layer {i}: {n} repeats, more than {MAX_BLOCKS}")
     if not isinstance(name, str) or (name not in LAYERS and name != "Detect"):
         raise ModelConfigError(f"unknown layer type {_short.repr(name)} in model config (layer {i})")
     if not isinstance(args, list):
@@ -259,10 +272,14 @@ def plan_layers(cfg: dict, ch: int = 3) -> list[LayerPlan]:
 def _layer_args(i: int, name: str, args: list, n: int, inputs: list[int]) -> tuple[list, int, int]:
     """Constructor args, output channels and module count of layer i, given its input channels."""
     if name in ("Conv", "Bottleneck", "C3", "SPPF"):
-        if not args or not _whole(args[0], 1) or args[0] > MAX_CHANNELS:
+        if not args or not _whole(args[0], 1):
             raise ModelConfigError(
-                f"layer {i} ({name}): output channels (first arg) must be a whole number in 1..{MAX_CHANNELS}, "
+                f"layer {i} ({name}): output channels (first arg) must be a whole number >= 1, "
                 f"got {_short.repr(args[0]) if args else 'none'}"
+            )
+        if args[0] > MAX_CHANNELS:
+            raise ModelConfigError(
+                f"layer {i} ({name}): {_short.repr(args[0])} output channels, more than {MAX_CHANNELS}"
             )
         args = [inputs[0], args[0], *args[1:]]
         if name == "C3":  # C3 repeats its bottlenecks inside: one module with n as an argument

@@ -103,10 +103,10 @@ def _bad_cfg(old: str, new: str) -> dict:
         ("[-1, 1, Conv, [128, 3, 2]]", "[-1, 1, Conv, [-128, 3, 2]]", "output channels (first arg) must be"),
         ("[[-1, 6], 1, Concat, [1]]", "[[-1, 30], 1, Concat, [1]]", "input 30 is not an earlier layer"),
         ("[[-1, 6], 1, Concat, [1]]", "[[-1, 12], 1, Concat, [1]]", "input 12 is not an earlier layer"),
-        ("[-1, 3, C3, [128]]", "[-1, -3, C3, [128]]", "repeats must be a whole number in 1.."),
-        ("[-1, 3, C3, [128]]", "[-1, 0, C3, [128]]", "repeats must be a whole number in 1.."),
+        ("[-1, 3, C3, [128]]", "[-1, -3, C3, [128]]", "repeats must be a whole number >= 1"),
+        ("[-1, 3, C3, [128]]", "[-1, 0, C3, [128]]", "repeats must be a whole number >= 1"),
         ("SPPF", "Foo", "unknown layer type 'Foo'"),
-        ("nc: 80", "nc: 0", "'nc' must be a whole number in 1.."),
+        ("nc: 80", "nc: 0", "'nc' must be a whole number >= 1"),
         ("width_multiple: 0.25", "width_multiple: -1", "'width_multiple' must be a positive number"),
         ("[[17, 20, 23], 1, Detect", "[[17, 20], 1, Detect", "3 anchor levels for 2 inputs"),
         ("[[-1, 6], 1, Concat, [1]]", "[-1, 1, Concat, [1]]", "'from' must be a list of layer indices"),
@@ -123,7 +123,7 @@ def test_unreadable_config_files_are_value_errors(tmp_path):
     (tmp_path / "syntax.yaml").write_text("nc: [80\nbackbone: :\n")
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     for cfg, message in (
-        (tmp_path / "syntax.yaml", "could not be read as YAML"),
+        (tmp_path / "syntax.yaml", "not readable as YAML"),
         (tmp_path, "is a folder"),
         (tmp_path / "list.yaml", "must hold a YAML mapping"),
     ):
