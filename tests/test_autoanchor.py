@@ -62,7 +62,7 @@ def test_check_anchors_keeps_good_anchors(log):
     before = model.model[-1].anchors.clone()
     check_anchors(_dataset(DEFAULT_ANCHORS_PX.view(-1, 2).numpy().repeat(5, 0)), model, thr=4.0, imgsz=640)
     assert torch.equal(model.model[-1].anchors, before)
-    line = log.messages[0]
+    line = next(m for m in log.messages if m.startswith("AutoAnchor: "))  # after the "cfg: using ..." line
     assert line.startswith("AutoAnchor: ") and "anchors/target, 1.000 Best Possible Recall (BPR)." in line
 
 
