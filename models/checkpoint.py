@@ -17,6 +17,7 @@ import warnings
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -65,6 +66,8 @@ _OPCODE_BYTES = {
     **dict.fromkeys(b"JMK\x8a\x8bGILF", 60),  # numbers
 }
 _BYTES_PER_PICKLE_BYTE = 16  # stack and list slots, the text of strings
+_BYTE_COSTS = np.full(256, _BYTES_PER_PICKLE_BYTE, dtype=np.int64)
+_BYTE_COSTS[list(_OPCODE_BYTES)] += list(_OPCODE_BYTES.values())
 
 # The zip end records: the classic one (signature, disk numbers, entries on this disk, entries, directory size,
 # directory offset, comment length) and, where its fields overflow, the zip64 locator and record.
@@ -139,8 +142,9 @@ def _zip_directory(f, size: int) -> tuple[int, int] | None:
     return entries, directory
 
 
-def _zip_members(f, size: int, path: Path) -> list[zipfile.ZipInfo]:
-    """The zip's member list once its end record says it is of a sane length; CheckpointError otherwise."""
+def _open_archive(f, size: int, path: Path) -> zipfile.ZipFile:
+    """The file as a zip archive once its end record says the member list is of a sane length; CheckpointError
+    otherwise."""
     if size > MAX_CHECKPOINT_BYTES:
         raise CheckpointError(
             f"refusing {path}: it is {size / 2**30:.1f} GiB, more than any YOLO checkpoint "
@@ -157,23 +161,31 @@ def _zip_members(f, size: int, path: Path) -> list[zipfile.ZipInfo]:
         )
     f.seek(0)
     try:
-        with zipfile.ZipFile(f) as archive:
-            return archive.infolist()
+        return zipfile.ZipFile(f)
     except Exception as e:  # zipfile raises many kinds for a damaged directory; all mean the same here
         raise _refused(path, f"its zip directory is damaged: {e.__class__.__name__}: {one_line(e)}") from None
 
 
 def _unpickled_bytes_bound(data: bytes) -> int:
     """An upper bound on the memory unpickling data builds: each opcode makes at most one object, and counting every
-    byte that could be an opcode (argument bytes too) over-counts, never under-counts. Counted in C (bytes.count)."""
-    return _BYTES_PER_PICKLE_BYTE * len(data) + sum(data.count(op) * cost for op, cost in _OPCODE_BYTES.items())
+    byte that could be an opcode (argument bytes too) over-counts, never under-counts."""
+    return int(np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256) @ _BYTE_COSTS)
 
 
 def _check_archive(f, size: int, path: Path) -> None:
     """Bounds from the zip directory, before torch reads a member: every member stored uncompressed (as torch.save
     writes them) and inside the file, pickles small enough to unpickle within MAX_UNPICKLED_BYTES; CheckpointError
     (one line) otherwise."""
-    members = _zip_members(f, size, path)
+    with _open_archive(f, size, path) as archive:
+        members = archive.infolist()
+        _check_members(members, size, path)
+        for member in members:
+            if member.filename.endswith(".pkl"):
+                _check_pickle(archive, member, path)
+
+
+def _check_members(members: list[zipfile.ZipInfo], size: int, path: Path) -> None:
+    """CheckpointError unless every member is stored uncompressed and lies inside the file."""
     claimed = sum(m.file_size for m in members)
     packed = [m.filename for m in members if m.compress_type != zipfile.ZIP_STORED]
     if packed:
@@ -194,11 +206,9 @@ def _check_archive(f, size: int, path: Path) -> None:
                 f"refusing {path}: its member {member.filename} claims {member.file_size} bytes beyond the end of the "
                 f"{size}-byte file (a truncated or crafted file)"
             )
-        if member.filename.endswith(".pkl"):
-            _check_pickle(f, member, path)
 
 
-def _check_pickle(f, member: zipfile.ZipInfo, path: Path) -> None:
+def _check_pickle(archive: zipfile.ZipFile, member: zipfile.ZipInfo, path: Path) -> None:
     """CheckpointError when a pickle member is larger than MAX_PICKLE_BYTES or could build more than
     MAX_UNPICKLED_BYTES of objects."""
     if member.file_size > MAX_PICKLE_BYTES:
@@ -206,10 +216,8 @@ def _check_pickle(f, member: zipfile.ZipInfo, path: Path) -> None:
             f"refusing {path}: its pickle {member.filename} is {member.file_size} bytes, more than a checkpoint's "
             f"({MAX_PICKLE_BYTES >> 20} MiB at most)"
         )
-    f.seek(0)
     try:
-        with zipfile.ZipFile(f) as archive:
-            bound = _unpickled_bytes_bound(archive.read(member))
+        bound = _unpickled_bytes_bound(archive.read(member))
     except Exception as e:  # a damaged local header or checksum
         raise _refused(
             path, f"its pickle {member.filename} is damaged: {e.__class__.__name__}: {one_line(e)}"
@@ -256,45 +264,55 @@ def _items(obj):
     return None
 
 
+_LEAVES = {str, int, float, bool, bytes, type(None)}  # the common leaves, recognised by type alone
+
+
 def _scan(root, where: str) -> list[torch.Tensor]:
     """Every tensor in the loaded data, once each, walked without recursion and each container once. CheckpointError
     when containers nest deeper than MAX_NESTING, hold themselves, or hold more than MAX_TREE_ITEMS items counted as
     a tree: printing, copying or walking such data would recurse or expand without bound."""
-    tensors: dict[int, torch.Tensor] = {}
-    sizes: dict[int, int] = {}  # a finished container's size as a tree
     if _items(root) is None:
         return [root] if isinstance(root, torch.Tensor) else []
+    tensors: dict[int, torch.Tensor] = {}
+    sizes: dict[int, int] = {}  # a finished container's size as a tree
     stack, totals, open_ids = [(id(root), iter(_items(root)))], [1], {id(root)}
     while stack:
-        key, items = stack[-1]
-        child = next(items, stack)  # the stack itself marks the end: it is never an item
-        if child is stack:
-            stack.pop()
+        for child in stack[-1][1]:  # resumed where it left off after each container it descends into
+            if type(child) in _LEAVES:
+                totals[-1] += 1
+            elif isinstance(child, torch.Tensor):
+                tensors[id(child)] = child
+                totals[-1] += 1
+            elif (items := _items(child)) is None:
+                totals[-1] += 1
+            elif id(child) in sizes:
+                totals[-1] += sizes[id(child)]
+                _check_tree_size(totals[-1], where)
+            elif id(child) in open_ids:
+                raise CheckpointError(f"{where} holds a container that contains itself; refusing it")
+            elif len(stack) >= MAX_NESTING:
+                raise CheckpointError(f"{where}: its data nests deeper than {MAX_NESTING} levels; refusing it")
+            else:
+                stack.append((id(child), iter(items)))
+                totals.append(1)
+                open_ids.add(id(child))
+                break
+        else:  # the container is done
+            key = stack.pop()[0]
             open_ids.discard(key)
-            sizes[key] = totals.pop()
+            sizes[key] = _check_tree_size(totals.pop(), where)
             if totals:
                 totals[-1] += sizes[key]
-        elif isinstance(child, torch.Tensor):
-            tensors[id(child)] = child
-            totals[-1] += 1
-        elif _items(child) is None:
-            totals[-1] += 1
-        elif id(child) in sizes:
-            totals[-1] += sizes[id(child)]
-        elif id(child) in open_ids:
-            raise CheckpointError(f"{where} holds a container that contains itself; refusing it")
-        elif len(stack) >= MAX_NESTING:
-            raise CheckpointError(f"{where}: its data nests deeper than {MAX_NESTING} levels; refusing it")
-        else:
-            stack.append((id(child), iter(_items(child))))
-            totals.append(1)
-            open_ids.add(id(child))
-        if totals and totals[-1] > MAX_TREE_ITEMS:
-            raise CheckpointError(
-                f"{where}: its data holds more than {MAX_TREE_ITEMS} items (counted as a tree: a shared list "
-                "counts wherever it appears); refusing it"
-            )
     return list(tensors.values())
+
+
+def _check_tree_size(items: int, where: str) -> int:
+    if items > MAX_TREE_ITEMS:
+        raise CheckpointError(
+            f"{where}: its data holds more than {MAX_TREE_ITEMS} items (counted as a tree: a shared list "
+            "counts wherever it appears); refusing it"
+        )
+    return items
 
 
 def _check_tensor_bytes(tensors, size: int, where: str) -> None:
