@@ -326,20 +326,31 @@ def _check_tensor_bytes(tensors, size: int, where: str) -> None:
         )
 
 
-def _record_state_dict(record: _Record, prefix: str = "") -> dict[str, torch.Tensor]:
-    """Rebuild a state_dict from a recorded nn.Module's _parameters, _buffers and _modules."""
-    state = record.__dict__
+def _entries(record: _Record, key: str, where: str) -> dict:
+    """A recorded module's _parameters, _buffers or _modules: a dict, or CheckpointError."""
+    entries = record.__dict__.get(key) or {}
+    if not isinstance(entries, dict):
+        raise CheckpointError(f"{where}: a module's {key} is a {type(entries).__name__}, not a mapping")
+    return entries
+
+
+def _record_state_dict(record: _Record, where: str, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Rebuild a state_dict from a recorded nn.Module's _parameters, _buffers and _modules (nesting is bounded by
+    _scan); CheckpointError for an entry that is not a tensor."""
     out = {}
-    for key, value in (state.get("_parameters") or {}).items():
-        if value is not None:
+    transient = record.__dict__.get("_non_persistent_buffers_set") or set()
+    transient = transient if isinstance(transient, (set, frozenset, list, tuple)) else set()
+    for kind in ("_parameters", "_buffers"):
+        for key, value in _entries(record, kind, where).items():
+            if value is None or (kind == "_buffers" and key in transient):
+                continue
+            if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+                name = prefix + (key if isinstance(key, str) else short_repr(key))
+                raise CheckpointError(f"{where}: its weight {name} is a {type(value).__name__}, not a tensor")
             out[prefix + key] = value.detach()
-    transient = state.get("_non_persistent_buffers_set") or set()
-    for key, value in (state.get("_buffers") or {}).items():
-        if value is not None and key not in transient:
-            out[prefix + key] = value
-    for key, child in (state.get("_modules") or {}).items():
+    for key, child in _entries(record, "_modules", where).items():
         if isinstance(child, _Record):
-            out.update(_record_state_dict(child, f"{prefix}{key}."))
+            out.update(_record_state_dict(child, where, f"{prefix}{key}."))
     return out
 
 
@@ -422,7 +433,7 @@ def _from_official(ckpt: dict, where: str, size: int) -> dict:
         raise CheckpointError(f"{where} has no YOLOv5 model with a config")
     cfg = record.__dict__["yaml"]
     nc = _config_nc(cfg, where)
-    state = _record_state_dict(record)
+    state = _record_state_dict(record, where)
     _check_tensor_bytes(state.values(), size, where)  # the rest of the file's objects are dropped unread
     return {
         "format": FORMAT,

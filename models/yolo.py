@@ -196,6 +196,11 @@ def _check_anchors(anchors) -> None:
         )
 
 
+def _finite_number(v) -> bool:
+    """Whether v is None, a bool, an int or a finite float: what a block's constructor arguments may be."""
+    return v is None or isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))
+
+
 def _whole(v, low: int) -> bool:
     """Whether v is an int (not a bool) >= low."""
     return isinstance(v, int) and not isinstance(v, bool) and v >= low
@@ -310,6 +315,9 @@ def _check_detect_args(i: int, args: list, n_inputs: int) -> None:
 def _layer_cost(plan: LayerPlan, sizes: list[int]) -> tuple[int, int, int, int]:
     """(parameters, multiply-adds, output elements, output size) of one planned layer on inputs of these sizes."""
     name, args, c2 = plan.name, plan.args, plan.c2
+    numbers = args if name in BLOCK_COSTS else args[:2] if name == "nn.Upsample" else []
+    if any(not _finite_number(a) for a in numbers):  # a string times a channel count would be a huge string
+        raise TypeError("its sizes must be finite numbers")
     if name == "Detect":
         nc, levels, inputs = args
         no = len(levels[0]) // 2 * (nc + 5)

@@ -176,6 +176,8 @@ HOSTILE_CONFIGS = {
     "kernel 601": (lambda: _with_layer(1, [-1, 1, "Conv", [64, 601, 1]]), "multiply-adds"),
     "padding 10^5": (lambda: _with_layer(1, [-1, 1, "Conv", [128, 3, 2, 100_000]]), "activations"),
     "upsample 10^6": (lambda: _with_layer(1, [-1, 1, "nn.Upsample", [None, 10**6, "nearest"]]), "activations"),
+    "a string as a size": (lambda: _with_layer(2, [-1, 1, "C3", [128, False, 1, "x" * 10**5]]), "finite numbers"),
+    "a NaN kernel": (lambda: _with_layer(1, [-1, 1, "Conv", [128, float("nan"), 2]]), "finite numbers"),
     "a layer of 10^5 numbers": (lambda: _with_layer(1, list(range(10**5))), "layer 1 must be a list [from, repeats"),
     "a config nested 5000 deep": (lambda: _with_layer(1, _nested(5000)), "nested too deeply"),
 }
@@ -231,6 +233,12 @@ def test_class_counts_and_multiples_are_bounded_before_building(tmp_path, small_
         _refused(_ours(tmp_path, small_model, key, yaml=dict(small_model.yaml, **{key: value})), *words)
         _refused(_official(tmp_path, small_model, f"official_{key}", **{key: value}), *words)
     _refused(_official(tmp_path, small_model, "official_nc", nc=1_000_000), "1000000 classes, more than 100000")
+
+
+def test_official_modules_whose_weights_are_not_tensors(tmp_path, small_model):
+    net = copy.deepcopy(small_model)
+    net.model[0].conv._parameters["weight"] = 3  # a module's recorded weight that is a number
+    _refused(_official(tmp_path, net, "number"), "its weight model.0.conv.weight is a int, not a tensor")
 
 
 def test_a_config_larger_than_the_weights_in_the_file_is_not_built(tmp_path, small_model, no_building):
