@@ -138,14 +138,14 @@ def load_cfg(cfg: str | Path | dict) -> dict:
     if path is None:
         raise FileNotFoundError(f"model config not found: {cfg}")
     if path.is_dir():
-        raise ModelConfigError(f"{path} is a folder, not a model YAML file")
+        raise ModelConfigError("it is a folder, not a model YAML file")
     try:
         data = read_yaml(path, ModelConfigError)
     except ModelConfigError as e:  # callers name the file ("unusable model config <path>: ..."): say why only
         reason = str(e).removeprefix(f"{path} ").replace("could not be read as YAML", "not readable as YAML", 1)
         raise ModelConfigError(reason) from None
     if not isinstance(data, dict):
-        raise ModelConfigError(f"{path} must hold a YAML mapping with nc, anchors, backbone and head")
+        raise ModelConfigError("it must hold a YAML mapping with nc, anchors, backbone and head")
     return data
 
 
