@@ -20,14 +20,15 @@ into the repository or ../shared. A case passes when:
 - crafted ("hostile") inputs stay under 2 GB of peak resident memory and never reach an out-of-memory error
   (the bounds must refuse them before allocating).
 
-Memory. The issue asks for `prlimit --as=2GiB`, but that address-space limit cannot be used: `import torch`
-alone maps 3.3 GB of address space (the CUDA libraries of the wheel), and the smallest limits under which normal
-commands still passed on this machine were: detect.py 4.1-5.7 GiB (it varies from run to run), test.py 4.4,
-train.py 4.8-5.1, export.py --include openvino 4.3, a Detector script 4.0-4.9. So every command runs under
-`prlimit --as` at those limits plus headroom (ADDRESS_LIMITS_MIB: a runaway allocation fails early instead of
-taking the machine's memory), the peak resident memory of each is measured with `/usr/bin/time -f %M` and shown
-in the table, and a hostile case passes only with a peak under 2 GB (HOSTILE_PEAK_BYTES) and no out-of-memory
-message. Without /usr/bin/time or prlimit the cases run without them and the column shows '-'.
+Memory. The issue asks for `prlimit --as=2GiB`, but no command can start under that address-space limit: `import
+torch` alone maps 3.3 GB of address space (the CUDA libraries of the wheel). The smallest limits under which normal
+commands passed on a 2-core CPU machine (bisected in 128 MiB steps; they vary from run to run) were, in MiB:
+detect.py 4112-5712, test.py 4192-4432, train.py 4672-5072, export.py --include openvino 4304, a Detector script
+3968-4864. So every command runs under `prlimit --as` at 6 GiB (train.py 6.5 GiB; ADDRESS_LIMITS_MIB), which
+every good case passes under and which makes a runaway allocation fail early instead of taking the machine's
+memory; the peak resident memory of each is measured with `/usr/bin/time -f %M` and shown in the table, and a
+hostile case passes only with a peak under 2 GB (HOSTILE_PEAK_BYTES) and no out-of-memory message. Without
+/usr/bin/time or prlimit the cases run without them and the column shows '-'.
 
 Needs ../shared (COCO128 images, yolov5n.pt); exits 1 if any case fails. The issue-16 cases (data safety,
 hostile files, path swapping, URL cache, exports) are in scripts/sweep_cases_safety.py.
