@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from models.yolo import Model
 from utils.log import LOGGER
 from utils.shapes import generate_shapes, write_data_yaml
 
@@ -69,3 +70,12 @@ def shapes_yaml(tmp_path_factory):
     folder = tmp_path_factory.mktemp("shapes")
     root = generate_shapes(folder / "shapes", n_train=16, n_val=8, img_size=64)
     return write_data_yaml(root, folder / "shapes.yaml")
+
+
+@pytest.fixture(scope="module")
+def small_model() -> Model:
+    """A 2-class yolov5n with names, as train.py would save it."""
+    torch.manual_seed(0)
+    model = Model("yolov5n.yaml", nc=2).eval()
+    model.names = ["cat", "dog"]
+    return model

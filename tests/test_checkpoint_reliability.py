@@ -21,15 +21,6 @@ yolo_test = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(yolo_test)
 
 
-@pytest.fixture(scope="module")
-def small_model() -> Model:
-    """A 2-class yolov5n with names, as train.py would save it."""
-    torch.manual_seed(0)
-    model = Model("yolov5n.yaml", nc=2).eval()
-    model.names = ["cat", "dog"]
-    return model
-
-
 def _ours(tmp_path: Path, net: Model, name: str, **changes) -> Path:
     """Our-format checkpoint of net with some entries replaced (None deletes the entry)."""
     ckpt = checkpoint_dict(net)

@@ -34,15 +34,6 @@ MARKER = "__MARK__"
 MARKER_PICKLED = b"X" + struct.pack("<I", len(MARKER)) + MARKER.encode()  # how protocol 2 writes the string
 
 
-@pytest.fixture(scope="module")
-def small_model() -> Model:
-    """A 2-class yolov5n with names, as train.py would save it."""
-    torch.manual_seed(0)
-    model = Model("yolov5n.yaml", nc=2).eval()
-    model.names = ["cat", "dog"]
-    return model
-
-
 def _ours(tmp_path: Path, net: Model, name: str, **changes) -> Path:
     """Our-format checkpoint of net with some entries replaced."""
     ckpt = checkpoint_dict(net)

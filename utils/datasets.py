@@ -269,12 +269,12 @@ def load_data_config(path: str | Path) -> dict:
 def _generate_shapes(root: Path, file: Path, missing: str) -> None:
     """`generate: shapes`: write the synthetic dataset, but only into an absent or empty folder. A split path with a
     typo must not make a real dataset's folders look missing: nothing that exists is deleted or written into."""
-    from utils.shapes import ShapesError, generate_shapes  # lazy: only needed on first use
+    from utils.shapes import ShapesError, generate_shapes, is_occupied  # lazy: only needed on first use
 
     try:
-        occupied = root.exists() and (not root.is_dir() or any(root.iterdir()))
-    except OSError as e:
-        raise DatasetError(f"{file}: cannot look into {root}: {e.strerror or e}") from None
+        occupied = is_occupied(root)
+    except ShapesError as e:
+        raise DatasetError(f"{file}: {e}") from None
     if occupied:
         raise DatasetError(
             f"{file}: {missing} does not exist, and 'generate: shapes' only writes into an absent or empty folder: "

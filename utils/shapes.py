@@ -101,13 +101,17 @@ def _write_split(folder: Path, split: str, n: int, size: int, rng: np.random.Gen
         (folder / "labels" / split / f"{name}.txt").write_text(lines)
 
 
-def _check_target(root: Path) -> None:
-    """Refuse a root that exists and is not an empty folder: generating never deletes or writes over anything."""
+def is_occupied(root: Path) -> bool:
+    """True when root exists and is not an empty folder (a file, or a folder with anything in it)."""
     try:
-        occupied = root.exists() and (not root.is_dir() or any(root.iterdir()))
+        return root.exists() and (not root.is_dir() or any(root.iterdir()))
     except OSError as e:
         raise ShapesError(f"cannot look into {root}: {e.strerror or e}") from None
-    if occupied:
+
+
+def _check_target(root: Path) -> None:
+    """Refuse a root that exists and is not an empty folder: generating never deletes or writes over anything."""
+    if is_occupied(root):
         raise ShapesError(
             f"{root} exists and is not empty: the shapes dataset is only written into an absent or empty folder "
             "(nothing was changed; choose another folder, or remove this one yourself to regenerate it)"
