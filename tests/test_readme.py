@@ -129,6 +129,8 @@ def _run(command: str, cwd: Path, interrupt_after: float | None = None, timeout:
     """Run a shell command line with `python` meaning this interpreter; return (exit code, output)."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     line = re.sub(r"^python ", f"{sys.executable} ", command)
+    if interrupt_after:
+        line = f"exec {line}"  # the command itself gets the Ctrl-C and its exit code, not a shell around it
     proc = subprocess.Popen(line, shell=True, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
