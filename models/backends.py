@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from utils.downloads import attempt_download_weights
 from utils.errors import YoloError
 from utils.log import LOGGER
 from utils.safe_yaml import read_yaml
@@ -482,6 +483,18 @@ def check_exported(paths: list, half: bool | None, bf16: bool, augment: bool) ->
     if half or (bf16 and not is_openvino(paths[0])):  # OpenVINO alone can run an f32 export in bfloat16
         flag = "--half" if half else "--bf16"
         LOGGER.warning(f"WARNING: {flag} is ignored for {paths[0]}: exported models run in their export precision")
+
+
+def load_exported(
+    paths: list, device: torch.device, half: bool | None = None, bf16: bool = False, augment: bool = False
+) -> Backend:
+    """The one exported model of detect.py, test.py and the Detector: flags checked, a bare name found in weights/
+    (as .pt names are), run as exported (no fusing, half or channels-last), one log line."""
+    check_exported(paths, half, bf16, augment)
+    path = attempt_download_weights(paths[0])
+    backend = load_backend(path, device, bf16)
+    LOGGER.info(f"Model {path}: {describe_backend(backend)}, {device}")
+    return backend
 
 
 def is_openvino(path: str | Path) -> bool:

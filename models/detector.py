@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from models.backends import Backend, check_exported, describe_backend, is_backend_path, load_backend
+from models.backends import is_backend_path, load_exported
 from models.ensemble import load_models
 from models.results import Results
 from models.tta import TTAModel
@@ -43,7 +43,7 @@ def load_detector(
     else:
         paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
         if any(is_backend_path(p) for p in paths):
-            return _load_exported(paths, device, half, bf16, augment), Precision()
+            return load_exported(paths, device, half, bf16, augment), Precision()
         paths = [attempt_download_weights(p) for p in paths]  # bare names from weights/, official ones downloaded
         model, label = load_models(paths, device, fuse=True), " + ".join(map(str, paths))
     if augment:
@@ -54,15 +54,6 @@ def load_detector(
     tta = ", test-time augmentation" if augment else ""
     LOGGER.info("Model %s: %d parameters, %d classes, %s %s%s", label, parameters, len(model.names), device, dtype, tta)
     return model, Precision(half, autocast, channels_last)
-
-
-def _load_exported(paths: list, device: torch.device, half: bool | None, bf16: bool, augment: bool) -> Backend:
-    """One exported model (.torchscript, .onnx, *_openvino_model) as a Backend, run as exported."""
-    check_exported(paths, half, bf16, augment)
-    path = attempt_download_weights(paths[0])  # a bare name found in weights/, as .pt names are
-    backend = load_backend(path, device, bf16)
-    LOGGER.info("Model %s: %s, %s", path, describe_backend(backend), device)
-    return backend
 
 
 def _read_path(source: str | Path) -> np.ndarray:

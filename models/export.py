@@ -282,7 +282,7 @@ def install(staged: Path, path: Path, scratch: Path) -> None:
 
 def resolve_weights(weights: str | Path) -> Path:
     """The weights file: as given; a bare name from weights/ (with a log line); an official name downloaded."""
-    path = downloads.attempt_download_weights(weights, downloads.WEIGHTS_DIR)
+    path = downloads.attempt_download_weights(weights)
     if not path.is_file():
         raise ExportError(f"--weights {weights}: no such file")
     return path

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import torch
 
-from models.backends import check_exported, describe_backend, is_backend_path, load_backend
+from models.backends import is_backend_path, load_exported
 from models.ensemble import load_models
 from models.tta import TTAModel
 from utils.augment import check_img_size
 from utils.coco_json import JsonGroundTruth, load_json_ground_truth
 from utils.datasets import create_dataloader, list_image_files, load_data_config
-from utils.downloads import attempt_download_weights
 from utils.files import reserve_run_dir
 from utils.log import LOGGER, one_line
 from utils.metrics import DetectionMetrics, MetricsError, evaluate_coco_json, format_coco_stats
@@ -142,11 +141,7 @@ def _load_model(weights, device: str, half: bool | None, bf16: bool, augment: bo
     device = select_device(device)
     paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
     if any(is_backend_path(p) for p in paths):
-        check_exported(paths, half, bf16, augment)
-        path = attempt_download_weights(paths[0])  # a bare name found in weights/, as .pt names are
-        model = load_backend(path, device, bf16)  # run as exported: no fusing, half or channels-last
-        LOGGER.info(f"Model {path}: {describe_backend(model)}, {device}")
-        return model, device, contextlib.nullcontext(), False
+        return load_exported(paths, device, half, bf16, augment), device, contextlib.nullcontext(), False
     model = load_models(paths, device)  # resolves each bare name in weights/ (attempt_download_weights)
     model, _, autocast, channels_last = prepare_for_inference(model, device, half, bf16)
     return TTAModel(model) if augment else model, device, autocast, channels_last
