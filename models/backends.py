@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from utils.downloads import attempt_download_weights
-from utils.errors import YoloError
+from utils.errors import BackendError
 from utils.log import LOGGER
 from utils.safe_yaml import read_yaml
 from utils.torch_utils import CHANNELS_LAST_CPU, cpu_supports_bf16
@@ -39,10 +39,6 @@ STRIDES = {2, 4, 8, 16, 32, 64, 128}  # YOLOv5 uses 8-32 (P5) and 8-64 (P6)
 MAX_IMGSZ, MAX_BATCH = 8192, 1024  # the largest export.py writes
 MAX_TORCHSCRIPT_CODE = 64 << 20  # inflated size of a TorchScript's compressed members (code); yolov5x's is ~2 MB
 MAX_IR_XML_BYTES = 64 << 20  # an OpenVINO .xml holds the graph, not the weights; yolov5x's is ~1 MB
-
-
-class BackendError(YoloError):
-    """An exported model that cannot run (missing file or package, not a YOLO export, wrong input); one line."""
 
 
 def is_backend_path(path) -> bool:

@@ -23,7 +23,7 @@ from torch import nn
 
 from models.yolo import MAX_CLASSES, Model, ModelConfigError, config_parameters, short_repr
 from utils.downloads import attempt_download_weights
-from utils.errors import YoloError
+from utils.errors import CheckpointError, YoloError
 from utils.log import one_line
 
 FORMAT = "yolo-checkpoint-v1"
@@ -74,10 +74,6 @@ _BYTE_COSTS[list(_OPCODE_BYTES)] += list(_OPCODE_BYTES.values())
 _END = struct.Struct("<4s4H2LH")
 _END64_LOCATOR = struct.Struct("<4sLQL")
 _END64 = struct.Struct("<4sQ2H2L4Q")
-
-
-class CheckpointError(YoloError):
-    """A weights file that is missing, damaged, foreign or unsafe; the message is one line."""
 
 
 class _Record:

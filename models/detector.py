@@ -20,7 +20,7 @@ from models.ensemble import load_models
 from models.results import Results
 from models.tta import TTAModel
 from utils.downloads import attempt_download_weights, cached_download, is_url
-from utils.errors import YoloError
+from utils.errors import DetectorError
 from utils.images import read_image_checked, to_bgr_uint8
 from utils.log import LOGGER
 from utils.predict import Precision, PredictOptions, Predictor, check_options
@@ -28,10 +28,6 @@ from utils.sources import not_regular, prepare, too_thin
 from utils.torch_utils import prepare_for_inference, select_device
 
 Weights = str | Path | list[str | Path] | tuple[str | Path, ...] | nn.Module
-
-
-class DetectorError(YoloError):
-    """An input the Detector cannot run on (unreadable file, wrong array shape or dtype, empty list); one line."""
 
 
 def load_detector(

@@ -32,7 +32,7 @@ from torch import nn
 from models.backends import BackendError, is_openvino, parse_metadata, read_metadata
 from models.checkpoint import load_model
 from utils import downloads
-from utils.errors import YoloError
+from utils.errors import ExportError
 from utils.log import LOGGER
 
 FORMATS = ("torchscript", "onnx", "openvino", "engine")
@@ -41,10 +41,6 @@ EXPORTER = "yolo-detect export.py"  # in every export's metadata: what a later e
 # The metadata keys of our exports from before EXPORTER was written: an export that has them all is ours too.
 LEGACY_KEYS = {"names", "stride", "strides", "imgsz", "batch", "dynamic", "half"}
 OPENVINO_FILES = (".xml", ".bin")  # with metadata.yaml, all that an OpenVINO folder of ours holds
-
-
-class ExportError(YoloError):
-    """An export that cannot be carried out (missing package, wrong device, unusable weights or options)."""
 
 
 @dataclass

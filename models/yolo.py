@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from models.common import C3, SPPF, Bottleneck, Concat, Conv, bottleneck_cost, c3_cost, conv_cost, sppf_cost
-from utils.errors import YoloError
+from utils.errors import ModelConfigError
 from utils.files import resolve_bare_name
 from utils.safe_yaml import read_yaml
 
@@ -54,11 +54,6 @@ _short.maxlevel, _short.maxlist, _short.maxdict, _short.maxstring, _short.maxoth
 def short_repr(value) -> str:
     """repr() cut to a few dozen characters and three levels, for messages about data from files."""
     return _short.repr(value)
-
-
-class ModelConfigError(YoloError, ValueError):
-    """A model config that cannot describe a model, or one beyond the limits above; one line. A ValueError too,
-    as callers catch configs that do not fit that way."""
 
 
 class Detect(nn.Module):

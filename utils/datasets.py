@@ -26,7 +26,7 @@ from tqdm import tqdm
 from utils.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, random_perspective
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
 from utils.downloads import DownloadError, is_url, safe_download, url_filename
-from utils.errors import YoloError
+from utils.errors import DatasetError
 from utils.files import resolve_bare_name
 from utils.images import (
     IMG_FORMATS,
@@ -91,10 +91,6 @@ HYP_AT_MOST_1 = ("momentum", "warmup_momentum", "flipud", "fliplr", "mosaic", "m
 HYP_OPTIONAL = ("anchors",)  # YOLOv5 allows anchors-per-layer here to override the model's anchors
 BAR = "{l_bar}{bar:10}{r_bar}"  # tqdm layout used across the project
 cv2.setNumThreads(0)  # dataloader workers parallelise; OpenCV's own threads would oversubscribe the cores
-
-
-class DatasetError(YoloError):
-    """A dataset, data YAML or hyperparameter file that cannot be used; the message is one line."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from utils.errors import YoloError
+from utils.errors import DownloadError
 from utils.files import resolve_bare_name
 from utils.log import LOGGER
 
@@ -17,10 +17,6 @@ GITHUB_RELEASE = "https://github.com/ultralytics/yolov5/releases/download/v7.0"
 # Release assets this code can run: the P5 and P6 detection models (not -seg or -cls).
 RELEASE_WEIGHTS = re.compile(r"yolov5[nsmlx]6?\.pt")
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
-
-
-class DownloadError(YoloError):
-    """A download that failed (offline, not found, too small); the message is one line."""
 
 
 def is_url(text: str | Path, schemes: tuple[str, ...] = ("http", "https")) -> bool:

@@ -28,11 +28,11 @@ import yaml
 
 from utils.callbacks import RESULT_COLUMNS, Callback
 from utils.datasets import HYP_KEYS, HYP_OPTIONAL, load_hyp
+from utils.errors import EvolveError, TrainError
 from utils.files import RUN_MARKER, RunFolderError, is_run_dir
 from utils.log import LOGGER
 from utils.torch_utils import select_device
 from utils.train_options import check_options, default_hyp
-from utils.train_setup import TrainError
 from utils.trainer import new_run_folder, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,10 +89,6 @@ MAX_MUTATION_TRIES = 1000
 PARENTS = 5  # a parent is drawn from this many fittest generations
 # results.csv's precision, recall, mAP50, mAP50-95 and the three val losses, with the same names
 METRIC_COLUMNS = tuple(RESULT_COLUMNS[RESULT_COLUMNS.index("metrics/precision") : RESULT_COLUMNS.index("lr/pg0")])
-
-
-class EvolveError(TrainError):
-    """An evolution that cannot go on (a damaged evolve.csv, nothing left to mutate); the message is one line."""
 
 
 @dataclass

@@ -8,14 +8,10 @@ A run writes only into a run folder that a run created. `reserve_run_dir` makes 
 import os
 from pathlib import Path
 
-from utils.errors import YoloError
+from utils.errors import RunFolderError
 from utils.log import LOGGER
 
 RUN_MARKER = ".yolo-run"  # written into every folder a run creates: what we may write into again
-
-
-class RunFolderError(YoloError):
-    """A run folder that cannot be created or is not ours to write into; one line."""
 
 
 def is_run_dir(path: str | Path) -> bool:

@@ -9,11 +9,7 @@ import random
 
 import numpy as np
 
-from utils.errors import YoloError
-
-
-class ImageWeightsError(YoloError):
-    """Labels or per-class mAPs that cannot weight the images; the message is one line."""
+from utils.errors import ImageWeightsError
 
 
 def _first_column(rows: np.ndarray) -> np.ndarray:

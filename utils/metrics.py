@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from utils.errors import YoloError
+from utils.errors import MetricsError
 from utils.log import LOGGER
 
 # Class index (0-79) -> official COCO category id (1-90, with gaps): the standard table.
@@ -52,10 +52,6 @@ MAX_DETS = (1, 10, 100)
 # Detections are stored as a COCO results JSON stores them (YOLOv5's rounding), so the in-memory numbers
 # equal pycocotools' on the saved predictions file.
 BOX_DECIMALS, SCORE_DECIMALS = 3, 5
-
-
-class MetricsError(YoloError):
-    """Inputs the metrics cannot use (unreadable JSON, unknown image ids); the message is one line."""
 
 
 def fitness(metrics: DetectionMetrics) -> float:

@@ -19,15 +19,10 @@ import torch
 from utils.augment import check_img_size
 from utils.boxes import non_max_suppression, scale_boxes
 from utils.cli import float_in, int_in
-from utils.errors import YoloError
+from utils.errors import DetectError
 from utils.log import LOGGER
 from utils.sources import Source, load_sources
 from utils.torch_utils import time_sync
-
-
-class DetectError(YoloError):
-    """An option detect cannot run with (out of range, a class the model lacks, no output folder); one line."""
-
 
 # Valid range of each numeric detection option: one table for detect.py's argparse types and for check_options,
 # so the command line and run() refuse the same values with the same words.

@@ -10,14 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from utils.errors import YoloError
+from utils.errors import UnsafeYamlError, YoloError
 
 MAX_YAML_BYTES = 4 << 20  # a data YAML with LVIS' 1203 names is ~40 KB; 4 MiB leaves room for any real file
 MAX_YAML_DEPTH = 64  # our files nest 3 levels deep; a deep [[[[...]]]] would otherwise hit Python's recursion limit
-
-
-class UnsafeYamlError(YoloError):
-    """A YAML file that is too large, nested too deep, uses aliases or cannot be parsed; one line."""
 
 
 class _BoundedLoader(yaml.SafeLoader):

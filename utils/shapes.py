@@ -15,7 +15,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from utils.errors import YoloError
+from utils.errors import ShapesError
 
 CLASSES = ("circle", "square", "triangle", "star", "cross")
 # BGR base colour of each class: red, green, blue, white, magenta. Per-object jitter stays well apart from the
@@ -23,10 +23,6 @@ CLASSES = ("circle", "square", "triangle", "star", "cross")
 COLORS = ((40, 40, 220), (40, 200, 40), (220, 80, 30), (235, 235, 235), (210, 40, 210))
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "shapes"
 N_TRAIN, N_VAL, IMG_SIZE, SEED = 400, 60, 256, 0
-
-
-class ShapesError(YoloError):
-    """The shapes dataset cannot be written where asked (the folder is not empty, or not writable); one line."""
 
 
 def _polygon(cls: int, cx: float, cy: float, r: float, angle: float) -> np.ndarray:

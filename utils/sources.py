@@ -18,17 +18,13 @@ import numpy as np
 
 from utils.augment import letterbox
 from utils.downloads import cached_download, is_url, url_filename
-from utils.errors import YoloError
+from utils.errors import SourceError
 from utils.images import IMG_FORMATS, VID_FORMATS, list_files, read_image_checked, suffix
 from utils.log import LOGGER
 
 STREAM_SCHEMES = ("rtsp", "rtmp", "http", "https")
 
 Item = tuple[str, np.ndarray, np.ndarray, "cv2.VideoCapture | None", str]
-
-
-class SourceError(YoloError):
-    """A --source that gives nothing to run on (missing, empty, unsupported); the message is one line."""
 
 
 def open_capture(target: str | int) -> cv2.VideoCapture:

@@ -12,12 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from utils.errors import YoloError
+from utils.errors import DeviceError
 from utils.log import LOGGER
-
-
-class DeviceError(YoloError):
-    """A --device string that this machine cannot satisfy; the message is one line."""
 
 
 def select_device(device: str = "") -> torch.device:

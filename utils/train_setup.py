@@ -12,13 +12,8 @@ from torch import nn
 from models.checkpoint import load_checkpoint
 from models.yolo import Model
 from utils.downloads import DownloadError, attempt_download_weights
-from utils.errors import YoloError
+from utils.errors import TrainError
 from utils.log import LOGGER
-
-
-class TrainError(YoloError):
-    """A training request that cannot be carried out; the message is one line."""
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Model, weights and image size

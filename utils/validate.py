@@ -25,7 +25,7 @@ from utils.coco_json import (
     image_ids_for,
     load_json_ground_truth,
 )
-from utils.errors import YoloError
+from utils.errors import TestError
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER, one_line
 from utils.metrics import (
@@ -40,10 +40,6 @@ from utils.plots import save_batch_plot
 from utils.torch_utils import time_sync
 
 TABLE_HEADER = ("%22s" + "%11s" * 6) % ("Class", "Images", "Instances", "P", "R", "mAP50", "mAP50-95")
-
-
-class TestError(YoloError):
-    """A validation request that cannot be carried out; the message is one line."""
 
 
 @dataclass
