@@ -23,7 +23,7 @@ import yaml
 
 import detect
 import train
-from models import checkpoint, load_model
+from models import checkpoint, load_model, safe_pickle
 from models.checkpoint import CheckpointError, checkpoint_dict, load_checkpoint, save_checkpoint
 from models.yolo import Model, count_parameters, load_cfg
 from utils import downloads
@@ -268,11 +268,11 @@ def _claim_size(path: Path, member: str, size: int) -> Path:
 def test_archive_bounds_come_from_the_zip_directory(tmp_path, small_model, monkeypatch, no_torch_load):
     plain = _ours(tmp_path, small_model, "plain")
     _refused(_claim_size(plain, "/data/0", 0x7FFFFFF0), "claim", "but the file has", "truncated or crafted")
-    monkeypatch.setattr(checkpoint, "MAX_MEMBERS", 50, raising=False)
+    monkeypatch.setattr(safe_pickle, "MAX_MEMBERS", 50, raising=False)
     _refused(plain, "its zip directory lists", "members", "at most 50")
-    monkeypatch.setattr(checkpoint, "MAX_PICKLE_BYTES", 1000, raising=False)
+    monkeypatch.setattr(safe_pickle, "MAX_PICKLE_BYTES", 1000, raising=False)
     _refused(_ours(tmp_path, small_model, "few", model={}), "its pickle", "data.pkl", "bytes, more than")
-    monkeypatch.setattr(checkpoint, "MAX_CHECKPOINT_BYTES", 1_000_000, raising=False)
+    monkeypatch.setattr(safe_pickle, "MAX_CHECKPOINT_BYTES", 1_000_000, raising=False)
     _refused(plain, "more than any YOLO checkpoint")
 
 
@@ -288,7 +288,7 @@ def test_older_formats_are_not_read(tmp_path, no_torch_load):
 
 def test_pickles_that_would_unpickle_to_too_much_are_refused(tmp_path, small_model, monkeypatch, no_building):
     """EMPTY_SET then APPEND: 2 bytes of pickle build a 216-byte set (a 16 MB pickle, 3.5 GB of sets)."""
-    monkeypatch.setattr(checkpoint, "MAX_UNPICKLED_BYTES", 32 << 20, raising=False)
+    monkeypatch.setattr(safe_pickle, "MAX_UNPICKLED_BYTES", 32 << 20, raising=False)
     path = _with_names_opcodes(tmp_path, small_model, "sets", b"]" + b"\x8fa" * 250_000)
     _refused(path, "could build up to", "MiB of objects")
 
@@ -323,7 +323,8 @@ def test_the_unpickling_bound_is_an_upper_bound(opcodes):
         tracemalloc.stop()
     assert isinstance(loaded, list) and loaded
     unpickler = 64 << 10  # the unpickler's own frames and tables, whatever it reads
-    assert peak <= checkpoint._unpickled_bytes_bound(data) + unpickler, (peak, checkpoint._unpickled_bytes_bound(data))
+    bound = safe_pickle._unpickled_bytes_bound(data)
+    assert peak <= bound + unpickler, (peak, bound)
 
 
 def test_hostile_files_through_detect_are_one_error_line(tmp_path, small_model, shared, log, capsys, no_building):
