@@ -15,8 +15,9 @@ import torch
 from PIL import Image
 from torch import nn
 
-from models.backends import is_backend_path, load_exported
+from models.backends import load_exported
 from models.ensemble import load_models
+from models.export_metadata import is_backend_path
 from models.results import Results
 from models.tta import TTAModel
 from utils.downloads import attempt_download_weights, cached_download, is_url

@@ -29,10 +29,10 @@ import torch
 import yaml
 from torch import nn
 
-from models.backends import BackendError, is_openvino, parse_metadata, read_metadata
 from models.checkpoint import load_model
+from models.export_metadata import is_openvino, parse_metadata, read_metadata
 from utils import downloads
-from utils.errors import ExportError
+from utils.errors import BackendError, ExportError
 from utils.log import LOGGER
 
 FORMATS = ("torchscript", "onnx", "openvino", "engine")

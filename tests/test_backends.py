@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import detect
-from models.backends import BackendError, is_backend_path, load_backend
+from models.backends import BackendError, load_backend
 from models.checkpoint import load_model
 from models.export import ExportOptions, export
+from models.export_metadata import is_backend_path
 from utils.augment import letterbox
 from utils.boxes import non_max_suppression
 from utils.images import read_image_checked

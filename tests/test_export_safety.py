@@ -27,10 +27,11 @@ import yaml
 
 import detect
 import export
-from models.backends import BackendError, load_backend, parse_metadata
+from models.backends import BackendError, load_backend
 from models.checkpoint import checkpoint_dict, load_model, save_checkpoint
 from models.export import ExportOptions
 from models.export import export as export_weights
+from models.export_metadata import parse_metadata
 from models.yolo import Model
 from utils import downloads
 from utils.shapes import CLASSES

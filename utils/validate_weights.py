@@ -12,8 +12,9 @@ from pathlib import Path
 
 import torch
 
-from models.backends import is_backend_path, load_exported
+from models.backends import load_exported
 from models.ensemble import load_models
+from models.export_metadata import is_backend_path
 from models.tta import TTAModel
 from utils.augment import check_img_size
 from utils.coco_json import JsonGroundTruth, load_json_ground_truth
