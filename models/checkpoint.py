@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from models.config import MAX_CLASSES, config_parameters, short_repr
 from models.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
-from models.yolo import MAX_CLASSES, Model, ModelConfigError, config_parameters, short_repr
+from models.yolo import Model
 from utils.downloads import attempt_download_weights
-from utils.errors import CheckpointError, YoloError
+from utils.errors import CheckpointError, ModelConfigError, YoloError
 from utils.log import one_line
 
 FORMAT = "yolo-checkpoint-v1"

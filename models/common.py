@@ -11,7 +11,7 @@ def autopad(kernel: int, padding: int | None = None) -> int:
 
 
 # What a block costs, found from its arguments without building it: a model config is checked against size limits
-# before any of its tensors is allocated (models.yolo.check_model_cost). Each returns (parameters, multiply-adds,
+# before any of its tensors is allocated (models.config.check_model_cost). Each returns (parameters, multiply-adds,
 # output elements, output size) for a size x size input, counting the block's inner convolutions too.
 Cost = tuple[int, int, int, int]
 

@@ -25,7 +25,8 @@ import detect
 import train
 from models import checkpoint, load_model, safe_pickle
 from models.checkpoint import CheckpointError, checkpoint_dict, load_checkpoint, save_checkpoint
-from models.yolo import Model, count_parameters, load_cfg
+from models.config import load_cfg
+from models.yolo import Model, count_parameters
 from utils import downloads
 from utils.cli import run_cli
 from utils.errors import YoloError
@@ -189,7 +190,7 @@ def test_hostile_configs_are_refused_before_building(case, no_building):
 def test_parameters_are_priced_exactly_before_building(name, changes):
     """The price is what the built model has: the limits, and the check of a file's weights against its config,
     stand on it."""
-    from models.yolo import config_parameters
+    from models.config import config_parameters
 
     cfg = _cfg(name, **changes)
     assert config_parameters(cfg) == count_parameters(Model(cfg))

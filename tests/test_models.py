@@ -7,7 +7,8 @@ import torch
 import yaml
 
 from models.checkpoint import load_checkpoint
-from models.yolo import CFG_DIR, Model, count_parameters, load_cfg, parse_model
+from models.config import CFG_DIR, load_cfg
+from models.yolo import Model, count_parameters, parse_model
 
 # Official YOLOv5 v6+ parameter counts, unfused and fused (Conv+BN folded).
 PARAMS = {
