@@ -40,12 +40,17 @@ def c3_cost(size: int, c1: int, c2: int, n: int = 1, shortcut=True, g: int = 1, 
     return _chain(size, *convs, (n * inner[0], n * inner[1], n * inner[2], size))
 
 
-def sppf_cost(size: int, c1: int, c2: int, k: int = 5) -> Cost:
-    """Two convolutions and three k x k max-pools (counted as k * k operations per pooled element)."""
+def sppf_cost(size: int, c1: int, c2: int, k: int = 5, n: int = 3, shortcut=False) -> Cost:
+    """Two convolutions and n chained k x k max-pools (counted as k * k operations per pooled element)."""
+    if not isinstance(n, int) or n < 0:  # a negative count would make a negative price
+        raise ValueError(f"the pooling count must be a whole number >= 0, got {n!r}")
     hidden = c1 // 2
-    pools = 3 * k * k * hidden * size * size
+    pools = n * k * k * hidden * size * size
     return _chain(
-        size, conv_cost(size, c1, hidden), conv_cost(size, hidden * 4, c2), (0, pools, 3 * hidden * size * size, size)
+        size,
+        conv_cost(size, c1, hidden),
+        conv_cost(size, hidden * (n + 1), c2),
+        (0, pools, n * hidden * size * size, size),
     )
 
 
@@ -157,20 +162,25 @@ class C3(nn.Module):
 
 
 class SPPF(nn.Module):
-    """Spatial pyramid pooling, fast: three chained max-pools equal pools of size k, 2k-1 and 3k-2."""
+    """Spatial pyramid pooling, fast: n chained max-pools (YOLOv5's three equal pools of size k, 2k-1 and 3k-2).
 
-    def __init__(self, c1: int, c2: int, k: int = 5):
+    YOLO26's form (shortcut) adds its input back and has no activation after its first convolution."""
+
+    def __init__(self, c1: int, c2: int, k: int = 5, n: int = 3, shortcut: bool = False):
         super().__init__()
         hidden = c1 // 2
-        self.cv1 = Conv(c1, hidden, 1, 1)
-        self.cv2 = Conv(hidden * 4, c2, 1, 1)
+        self.cv1 = Conv(c1, hidden, 1, 1, act=not shortcut)
+        self.cv2 = Conv(hidden * (n + 1), c2, 1, 1)
         self.m = nn.MaxPool2d(kernel_size=k, stride=1, padding=k // 2)
+        self.n = n
+        self.add = shortcut and c1 == c2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.cv1(x)
-        y1 = self.m(x)
-        y2 = self.m(y1)
-        return self.cv2(cat((x, y1, y2, self.m(y2)), 1))
+        pooled = [self.cv1(x)]
+        for _ in range(self.n):
+            pooled.append(self.m(pooled[-1]))
+        y = self.cv2(cat(pooled, 1))
+        return x + y if self.add else y
 
 
 class Concat(nn.Module):

@@ -6,6 +6,7 @@ taking all memory or hanging.
 """
 
 import math
+import re
 import reprlib
 from copy import deepcopy
 from pathlib import Path
@@ -13,8 +14,20 @@ from typing import NamedTuple
 
 from torch import nn
 
+from models.blocks import (
+    C2PSA,
+    C2f,
+    C3k,
+    C3k2,
+    DWConv,
+    c2f_cost,
+    c2psa_cost,
+    c3k2_cost,
+    c3k_cost,
+    dwconv_cost,
+)
 from models.common import C3, SPPF, Bottleneck, Concat, Conv, bottleneck_cost, c3_cost, conv_cost, sppf_cost
-from models.head import Detect
+from models.head import AnchorFreeDetect, Detect, anchor_free_cost
 from utils.errors import ModelConfigError
 from utils.files import resolve_bare_name
 from utils.safe_yaml import read_yaml
@@ -31,8 +44,28 @@ LAYERS = {
     "nn.Upsample": nn.Upsample,
     "nn.BatchNorm2d": nn.BatchNorm2d,
     "Detect": Detect,
+    "AnchorFreeDetect": AnchorFreeDetect,  # what a 'Detect' layer without anchors builds (YOLOv8, YOLO11, YOLO26)
+    "DWConv": DWConv,
+    "C2f": C2f,
+    "C3k": C3k,
+    "C3k2": C3k2,
+    "C2PSA": C2PSA,
 }
-BLOCK_COSTS = {"Conv": conv_cost, "Bottleneck": bottleneck_cost, "C3": c3_cost, "SPPF": sppf_cost}
+BLOCK_COSTS = {
+    "Conv": conv_cost,
+    "Bottleneck": bottleneck_cost,
+    "C3": c3_cost,
+    "SPPF": sppf_cost,
+    "DWConv": dwconv_cost,
+    "C2f": c2f_cost,
+    "C3k": c3k_cost,
+    "C3k2": c3k2_cost,
+    "C2PSA": c2psa_cost,
+}
+REPEATED_INSIDE = ("C3", "C2f", "C3k", "C3k2", "C2PSA")  # blocks that take the repeats as their third argument
+MAX_REG_MAX = 64  # DFL bins per box side (YOLOv8 and YOLO11 use 16, YOLO26 1)
+# 'yolo11s.yaml' is yolo11.yaml at scale s, as Ultralytics names its models
+SCALED_NAME = re.compile(r"(yolov?\d+)([nslmx])(\.ya?ml)")
 
 # Limits on a config, far above any real YOLOv5 model. The largest, yolov5x6, has 141M parameters, 34 layers, at
 # most 12 repeats per layer after depth_multiple 1.33 and width_multiple 1.25, 3 anchors per level; yolov5x's
@@ -72,7 +105,9 @@ def load_cfg(cfg: str | Path | dict) -> dict:
             return deepcopy(cfg)
         except RecursionError:  # a dict built in code; those from files are bounded in depth when read
             raise ModelConfigError("the model config is nested too deeply") from None
-    path = resolve_bare_name(cfg, CFG_DIR, "cfg")
+    path, scale = resolve_bare_name(cfg, CFG_DIR, "cfg"), None
+    if path is None and (named := SCALED_NAME.fullmatch(Path(cfg).name)):  # yolo11s.yaml: yolo11.yaml, scale s
+        path, scale = resolve_bare_name(Path(cfg).with_name(named[1] + named[3]), CFG_DIR, "cfg"), named[2]
     if path is None:
         raise FileNotFoundError(f"model config not found: {cfg}")
     if path.is_dir():
@@ -84,7 +119,39 @@ def load_cfg(cfg: str | Path | dict) -> dict:
         raise ModelConfigError(reason) from None
     if not isinstance(data, dict):
         raise ModelConfigError("it must hold a YAML mapping with nc, anchors, backbone and head")
+    if scale and isinstance(data.get("scales"), dict):
+        data["scale"] = scale
     return data
+
+
+def is_anchor_free(cfg: dict) -> bool:
+    """Whether a config describes the anchor-free family (YOLOv8, YOLO11, YOLO26): it has no 'anchors'."""
+    return "anchors" not in cfg
+
+
+def model_scaling(cfg: dict) -> tuple[float, float, float, str]:
+    """(depth multiple, width multiple, channel cap, scale letter): from the 'scales' entry that 'scale' names
+    (Ultralytics' layout; the first scale when none is named), else depth_multiple and width_multiple (YOLOv5's)."""
+    scales = cfg.get("scales")
+    if scales is None:
+        return cfg.get("depth_multiple", 1.0), cfg.get("width_multiple", 1.0), math.inf, ""
+    if not isinstance(scales, dict) or not scales or len(scales) > 64:
+        raise ModelConfigError(
+            f"'scales' must map scale names to [depth, width, max_channels], got {_short.repr(scales)}"
+        )
+    scale = cfg.get("scale") or next(iter(scales))
+    if not isinstance(scale, str) or scale not in scales:
+        raise ModelConfigError(
+            f"scale {_short.repr(scale)} is not one of the config's scales ({', '.join(map(str, scales))})"
+        )
+    entry = scales[scale]
+    numbers = isinstance(entry, list) and len(entry) == 3 and all(_finite_number(v) and v is not None for v in entry)
+    if not numbers or not all(0 < v <= MAX_MULTIPLE for v in entry[:2]) or not _whole(entry[2], 1):
+        raise ModelConfigError(
+            f"scale {scale!r} must be [depth, width, max_channels] (multiples in (0, {MAX_MULTIPLE:g}], a whole "
+            f"channel cap >= 1), got {_short.repr(entry)}"
+        )
+    return float(entry[0]), float(entry[1]), entry[2], scale
 
 
 def _check_cfg(cfg: dict) -> list:
@@ -100,7 +167,9 @@ def _check_cfg(cfg: dict) -> list:
             raise ModelConfigError(f"'{key}' must be a positive number, got {_short.repr(v)}")
         if v > MAX_MULTIPLE:  # yolov5x uses 1.33 and 1.25
             raise ModelConfigError(f"'{key}' is {v:g}: at most {MAX_MULTIPLE:g} (yolov5x uses 1.33 and 1.25)")
-    _check_anchors(cfg.get("anchors"))
+    if not is_anchor_free(cfg):
+        _check_anchors(cfg.get("anchors"))
+    _check_head_options(cfg)
     backbone, head = cfg.get("backbone"), cfg.get("head")
     if not isinstance(backbone, list) or not isinstance(head, list) or not backbone + head:
         raise ModelConfigError("'backbone' and 'head' must be lists of layers [from, repeats, module, args]")
@@ -110,6 +179,15 @@ def _check_cfg(cfg: dict) -> list:
     for i, layer in enumerate(layers):
         _check_layer(i, layer, last=i == len(layers) - 1)
     return layers
+
+
+def _check_head_options(cfg: dict) -> None:
+    """ModelConfigError unless the anchor-free head's options, where given, are in range."""
+    reg_max, end2end = cfg.get("reg_max", 16), cfg.get("end2end", False)
+    if not _whole(reg_max, 1) or reg_max > MAX_REG_MAX:
+        raise ModelConfigError(f"'reg_max' must be a whole number in 1..{MAX_REG_MAX}, got {_short.repr(reg_max)}")
+    if not isinstance(end2end, bool):
+        raise ModelConfigError(f"'end2end' must be true or false, got {_short.repr(end2end)}")
 
 
 def _check_anchors(anchors) -> None:
@@ -184,9 +262,12 @@ def plan_layers(cfg: dict, ch: int = 3) -> list[LayerPlan]:
     """Every layer's module type, repeats and constructor arguments (channels resolved), nothing built yet;
     ModelConfigError naming the first layer that cannot describe a model."""
     cfg_layers = _check_cfg(cfg)
-    anchors, nc = cfg["anchors"], cfg["nc"]
-    gd, gw = cfg.get("depth_multiple", 1.0), cfg.get("width_multiple", 1.0)
+    gd, gw, max_channels, scale = model_scaling(cfg)
+    nc, anchor_free = cfg["nc"], is_anchor_free(cfg)
+    anchors = cfg.get("anchors")
     na = len(anchors[0]) // 2 if isinstance(anchors, list) else anchors
+    # A layer as wide as the head's output keeps its width (YOLOv5: na * (nc + 5); Ultralytics: nc)
+    kept_width = nc if anchor_free else na * (nc + 5)
     channels, plans, blocks = [ch], [], 0
     for i, (f, n, name, args) in enumerate(cfg_layers):
         if (name in ("Concat", "Detect")) != isinstance(f, list):
@@ -201,10 +282,15 @@ def plan_layers(cfg: dict, ch: int = 3) -> list[LayerPlan]:
                 f"the config repeats more than {MAX_BLOCKS} blocks in all (layer {i} has {n} after "
                 f"depth_multiple {gd:g}); check 'depth_multiple' and the repeats"
             )
+        if name == "Detect" and anchor_free:
+            name, args = "AnchorFreeDetect", _anchor_free_args(i, cfg, args, plans)
         args, c2, n = _layer_args(i, name, args, n, [channels[x] for x in ([f] if isinstance(f, int) else f)])
-        if name in ("Conv", "Bottleneck", "C3", "SPPF") and c2 != na * (nc + 5):  # a Detect-wide output stays as is
-            c2 = make_divisible(c2 * gw, 8)
+        if name in BLOCK_COSTS and c2 != kept_width:
+            c2 = make_divisible(min(c2, max_channels) * gw, 8)
             args[1] = c2
+        if name == "C3k2" and scale in ("m", "l", "x"):  # Ultralytics' larger scales use C3k inner blocks
+            args = [*args, *[False] * (4 - len(args))]
+            args[3] = True
         plans.append(LayerPlan(i, f, n, name, args, c2))
         if i == 0:
             channels = []
@@ -212,9 +298,21 @@ def plan_layers(cfg: dict, ch: int = 3) -> list[LayerPlan]:
     return plans
 
 
+def _anchor_free_args(i: int, cfg: dict, args: list, plans: list[LayerPlan]) -> list:
+    """[nc, reg_max, end2end, legacy] of an anchor-free Detect layer whose YAML args are [nc]. The class branch
+    is YOLOv8's (legacy) unless the model uses C3k2 blocks, as Ultralytics decides it."""
+    if len(args) != 1 or not _whole(args[0], 1) or args[0] > MAX_CLASSES:
+        raise ModelConfigError(
+            f"layer {i} (Detect): an anchor-free head takes [nc] (nc <= {MAX_CLASSES}; a config without 'anchors' "
+            f"is anchor-free), got {_short.repr(args)}"
+        )
+    legacy = not any(plan.name == "C3k2" for plan in plans)
+    return [args[0], cfg.get("reg_max", 16), cfg.get("end2end", False), legacy]
+
+
 def _layer_args(i: int, name: str, args: list, n: int, inputs: list[int]) -> tuple[list, int, int]:
     """Constructor args, output channels and module count of layer i, given its input channels."""
-    if name in ("Conv", "Bottleneck", "C3", "SPPF"):
+    if name in BLOCK_COSTS:
         if not args or not _whole(args[0], 1):
             raise ModelConfigError(
                 f"layer {i} ({name}): output channels (first arg) must be a whole number >= 1, "
@@ -225,13 +323,15 @@ def _layer_args(i: int, name: str, args: list, n: int, inputs: list[int]) -> tup
                 f"layer {i} ({name}): {_short.repr(args[0])} output channels, more than {MAX_CHANNELS}"
             )
         args = [inputs[0], args[0], *args[1:]]
-        if name == "C3":  # C3 repeats its bottlenecks inside: one module with n as an argument
+        if name in REPEATED_INSIDE:  # these repeat their inner blocks: one module with n as an argument
             return [*args[:2], n, *args[2:]], args[1], 1
         return args, args[1], n
     if name == "nn.BatchNorm2d":
         return [inputs[0]], inputs[0], n
     if name == "Concat":
         return args, sum(inputs), n
+    if name == "AnchorFreeDetect":
+        return [*args, inputs], inputs[0], n
     if name == "Detect":
         _check_detect_args(i, args, len(inputs))
         levels = args[1] if isinstance(args[1], list) else [list(range(args[1] * 2))] * len(inputs)
@@ -256,6 +356,8 @@ def _layer_cost(plan: LayerPlan, sizes: list[int]) -> tuple[int, int, int, int]:
     numbers = args if name in BLOCK_COSTS else args[:2] if name == "nn.Upsample" else []
     if any(not _finite_number(a) for a in numbers):  # a string times a channel count would be a huge string
         raise TypeError("its sizes must be finite numbers")
+    if name == "AnchorFreeDetect":
+        return (*anchor_free_cost(sizes, *args), 0)
     if name == "Detect":
         nc, levels, inputs = args
         no = len(levels[0]) // 2 * (nc + 5)

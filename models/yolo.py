@@ -1,4 +1,5 @@
-"""The YOLOv5 detection model, built from a YAML description once models/config.py has checked and priced it."""
+"""The detection model (YOLOv5, and the anchor-free YOLOv8, YOLO11 and YOLO26), built from a YAML description once
+models/config.py has checked and priced it."""
 
 import math
 from pathlib import Path
@@ -8,6 +9,7 @@ from torch import nn
 
 from models.common import Conv
 from models.config import LAYERS, PROBE_SIZE, LayerPlan, check_model_cost, load_cfg, plan_layers, short_repr
+from models.head import is_end2end, set_end2end
 from utils.errors import ModelConfigError
 from utils.log import one_line
 
@@ -43,7 +45,9 @@ def _make_layer(i: int, name: str, args: list, n: int) -> nn.Module:
 
 
 class Model(nn.Module):
-    """YOLOv5 detector. Forward takes (B, 3, H, W) in [0, 1]; see Detect.forward for the outputs."""
+    """A YOLO detector. Forward takes (B, 3, H, W) in [0, 1]; see Detect.forward (YOLOv5) and
+    AnchorFreeDetect.forward (YOLOv8, YOLO11, YOLO26) for the outputs: in eval both give (B, N, 5 + nc) predictions
+    for NMS first, except an end-to-end head (end2end True), whose (B, k, 6) detections are final."""
 
     def __init__(self, cfg: str | Path | dict = "yolov5s.yaml", ch: int = 3, nc: int | None = None, anchors=None):
         super().__init__()
@@ -58,7 +62,11 @@ class Model(nn.Module):
         # Strides from a dry run: input size over each output map's size.
         probe = PROBE_SIZE  # the limits in check_model_cost bound this run's work and memory
         maps = self._dry_run(torch.zeros(1, ch, probe, probe))
+        maps = maps["one2many"] if isinstance(maps, dict) else maps  # YOLO26 trains two branches
         detect.stride = torch.tensor([probe / m.shape[-2] for m in maps])
+        if getattr(detect, "anchor_free", False):
+            detect.initialize_biases()
+            return
         detect.anchors /= detect.stride.view(-1, 1, 1)
         self._check_anchor_order()
         self._initialize_biases()
@@ -66,6 +74,15 @@ class Model(nn.Module):
     @property
     def stride(self) -> torch.Tensor:
         return self.model[-1].stride
+
+    @property
+    def end2end(self) -> bool:
+        """Whether eval outputs are final detections (YOLO26's one-to-one head), to be thresholded without NMS."""
+        return is_end2end(self)
+
+    @end2end.setter
+    def end2end(self, enabled: bool) -> None:
+        set_end2end(self, enabled)
 
     def forward(self, x: torch.Tensor):
         outputs = []
