@@ -1,8 +1,11 @@
-"""Checkpoints as data: save our own (tensors and plain containers) and import official YOLOv5 files safely.
+"""Checkpoints as data: save our own (tensors and plain containers) and import official files safely.
 
 Our files load with ``torch.load(path, weights_only=True)``. Official YOLOv5 files pickle whole
-``models.yolo.Model`` modules; we read them with torch's weights-only unpickler, mapping each class
-the file names to an inert record, so nothing named in the file is imported or executed.
+``models.yolo.Model`` modules, and those of the `ultralytics` package (YOLOv8, YOLO11, YOLO26) whole
+``ultralytics.nn.tasks.DetectionModel`` modules; we read both with torch's weights-only unpickler, mapping each
+class the file names to an inert record, so nothing named in the file is imported or executed. Our modules carry
+the same names as theirs, so a recorded module's state dict is ours key for key; the model is rebuilt from the
+file's 'yaml' (Ultralytics' layout, with its scale) by our own config code.
 
 models/safe_pickle.py reads the file within bounds; this module then checks what it holds (class names and count,
 a state dict of finite tensors, a model config priced in parameters without building it, against the weights the
@@ -16,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models.config import MAX_CLASSES, config_parameters, short_repr
+from models.config import MAX_CLASSES, config_parameters, is_anchor_free, short_repr
 from models.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
 from models.yolo import Model
 from utils.downloads import attempt_download_weights
@@ -129,10 +132,11 @@ def _check_config_size(ckpt: dict, where: str) -> None:
 
 
 def _from_official(ckpt: dict, where: str, size: int) -> dict:
-    """Convert an official YOLOv5 checkpoint dict (with a recorded Model) into our format."""
+    """Convert an official checkpoint dict (a recorded YOLOv5 Model or Ultralytics DetectionModel) into our format;
+    the EMA weights where the file has them, as the official loaders take."""
     record = ckpt.get("ema") if isinstance(ckpt.get("ema"), Record) else ckpt.get("model")
     if not isinstance(record, Record) or not isinstance(record.__dict__.get("yaml"), dict):
-        raise CheckpointError(f"{where} has no YOLOv5 model with a config")
+        raise CheckpointError(f"{where} has no YOLO model with a config")
     cfg = record.__dict__["yaml"]
     nc = _config_nc(cfg, where)
     state = _record_state_dict(record, where)
@@ -142,7 +146,7 @@ def _from_official(ckpt: dict, where: str, size: int) -> dict:
         "model": state,
         "yaml": cfg,
         "names": _names_list(record.__dict__.get("names"), nc, where),
-        "source": "yolov5",
+        "source": "ultralytics" if is_anchor_free(cfg) else "yolov5",
     }
 
 
@@ -206,7 +210,8 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> Model:
-    """Load weights (ours or official YOLOv5 v6.0-v7.0) as an eval-mode float32 Model on device.
+    """Load weights (ours, official YOLOv5 v6.0-v7.0, or the `ultralytics` package's YOLOv8, YOLO11 and YOLO26) as
+    an eval-mode float32 Model on device.
 
     The path resolves as detect.py's --weights does: the file as given, else a bare name from weights/ (with a log
     line), else a download for official release names (DownloadError, one line, when offline). A missing path with

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from models.checkpoint import CheckpointError, load_model
+from models.head import set_end2end
 
 
 class Ensemble(nn.Module):
@@ -21,6 +22,8 @@ class Ensemble(nn.Module):
         super().__init__()
         if len(models) < 2:
             raise ValueError(f"an Ensemble needs at least two models, got {len(models)}")
+        for model in models:  # members are merged before NMS: end-to-end heads give their NMS predictions
+            set_end2end(model, False)
         self.models = nn.ModuleList(models)
         self.names = list(models[0].names)
 

@@ -101,7 +101,7 @@ class AnchorFreeDetect(nn.Module):
     objectness of 1 and the class probabilities, so YOLOv5's NMS (confidence = objectness x class) scores boxes as
     Ultralytics' NMS does. With end2end (YOLO26's one-to-one branch) eval predictions are final instead:
     (B, max_det, 6) x1, y1, x2, y2, score, class of the top max_det, to be thresholded, not NMS-ed
-    (end2end_detections)."""
+    (utils.boxes.end2end_detections)."""
 
     anchor_free = True
     na = 1  # one prediction per cell: what TTA's per-level row counts use
@@ -201,22 +201,6 @@ def top_detections(boxes: torch.Tensor, scores: torch.Tensor, max_det: int) -> t
     cells = best_cells.gather(1, torch.div(flat, nc, rounding_mode="floor"))
     corners = boxes.transpose(1, 2).gather(1, cells[..., None].expand(-1, -1, 4))
     return torch.cat((corners, top[..., None], (flat % nc)[..., None].to(top.dtype)), 2)
-
-
-def end2end_detections(
-    prediction: torch.Tensor, conf_thres: float = 0.25, classes: list[int] | None = None, max_det: int = 300
-) -> list[torch.Tensor]:
-    """Per-image (n, 6) detections from an end-to-end head's (B, k, 6) output: no NMS, the boxes are final; only
-    those above conf_thres (and of the given classes) are kept, highest score first, at most max_det."""
-    if isinstance(prediction, (list, tuple)):
-        prediction = prediction[0]
-    output = []
-    for image in prediction.float():
-        det = image[image[:, 4] > conf_thres]
-        if classes is not None:
-            det = det[(det[:, 5:6] == torch.tensor(classes, device=det.device, dtype=det.dtype)).any(1)]
-        output.append(det[det[:, 4].argsort(descending=True)[:max_det]])
-    return output
 
 
 def set_end2end(model: nn.Module, enabled: bool) -> None:

@@ -2,9 +2,10 @@
 
 A file is bounded before torch allocates for it: the zip directory (member count, sizes against the file's real
 size, no compressed members, a small pickle), then the unpickled data (nesting depth, size counted as a tree,
-tensor bytes against the file's size). Official YOLOv5 files pickle whole modules; torch's weights-only unpickler
-maps each class the file names to an inert Record, so nothing named in the file is imported or executed. Each
-refusal is one CheckpointError line.
+tensor bytes against the file's size). Official YOLOv5 files, and those the `ultralytics` package writes (YOLOv8,
+YOLO11, YOLO26), pickle whole modules; torch's weights-only unpickler maps each class the file names to an inert
+Record, so nothing named in the file is imported or executed (`ultralytics` is never needed). A class outside the
+known lists is refused. Each refusal is one CheckpointError line.
 """
 
 import os
@@ -43,6 +44,17 @@ _SAFE_NAMES = {
     "pathlib.WindowsPath",
 }
 _SAFE_PREFIXES_NUMPY = ("numpy.dtypes.",)
+# The classes a checkpoint of the `ultralytics` package names for the detection models this code builds, by their
+# module (8.1 and later) or by the single module of 8.0; any other ultralytics class (another task, a block we do
+# not build) is refused by name.
+_ULTRALYTICS_MODULES = {
+    "conv": ("Conv", "DWConv", "Concat"),
+    "block": ("C2f", "C3", "C3k", "C3k2", "C2PSA", "PSABlock", "Attention", "Bottleneck", "SPPF", "DFL"),
+    "head": ("Detect",),
+}
+_SAFE_NAMES |= {"ultralytics.nn.tasks.DetectionModel", "ultralytics.utils.IterableSimpleNamespace"}
+_SAFE_NAMES |= {f"ultralytics.nn.modules.{m}.{c}" for m, classes in _ULTRALYTICS_MODULES.items() for c in classes}
+_SAFE_NAMES |= {f"ultralytics.nn.modules.{c}" for classes in _ULTRALYTICS_MODULES.values() for c in classes}
 
 # Pickle opcodes that build an object, and an upper bound on the bytes that object takes in CPython (with its
 # container slot and memo entry where it has one). A 16 MiB pickle of EMPTY_SET opcodes alone builds 4.4 GB of sets.

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.ensemble import Ensemble
+from models.head import set_end2end
 
 PASSES = ((1.0, False), (0.83, True), (0.67, False))  # (scale, flipped left-right)
 PAD_VALUE = 114 / 255  # the letterbox's grey, in [0, 1] inputs (YOLOv5 uses 0.447)
@@ -26,6 +27,7 @@ class TTAModel(nn.Module):
 
     def __init__(self, model: nn.Module):
         super().__init__()
+        set_end2end(model, False)  # views are merged before NMS: end-to-end heads give their NMS predictions
         self.model = model
         self.names = list(model.names)
 

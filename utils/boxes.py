@@ -124,3 +124,19 @@ def non_max_suppression(
         kept = torchvision.ops.nms(det[:, :4] + offsets, det[:, 4], iou_thres)
         output.append(det[kept[:max_det]])
     return output
+
+
+def end2end_detections(
+    prediction: torch.Tensor, conf_thres: float = 0.25, classes: list[int] | None = None, max_det: int = 300
+) -> list[torch.Tensor]:
+    """Per-image (n, 6) detections from an end-to-end head's (B, k, 6) output: no NMS, the boxes are final; only
+    those above conf_thres (and of the given classes) are kept, highest score first, at most max_det."""
+    if isinstance(prediction, (list, tuple)):
+        prediction = prediction[0]
+    output = []
+    for image in prediction.float():
+        det = image[image[:, 4] > conf_thres]
+        if classes is not None:
+            det = det[(det[:, 5:6] == torch.tensor(classes, device=det.device, dtype=det.dtype)).any(1)]
+        output.append(det[det[:, 4].argsort(descending=True)[:max_det]])
+    return output

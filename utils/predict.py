@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from utils.augment import check_img_size
-from utils.boxes import non_max_suppression, scale_boxes
+from utils.boxes import end2end_detections, non_max_suppression, scale_boxes
 from utils.cli import float_in, int_in
 from utils.errors import DetectError
 from utils.log import LOGGER
@@ -161,6 +161,7 @@ class Predictor:
         self.precision = precision or Precision()
         self.names = list(model.names)
         self.stride = int(model.stride.max())
+        self.end2end = bool(getattr(model, "end2end", False))  # final detections (YOLO26): thresholded, no NMS
         self.classes = self._checked_classes(options.classes)
         self.img_size, self.auto = inference_size(options.img_size, self.stride), True
         fixed = getattr(model, "fixed_shape", None)  # a static-shape export accepts one input size only
@@ -213,6 +214,8 @@ class Predictor:
     def nms(self, pred: torch.Tensor) -> torch.Tensor:
         """(n, 6) detections of one image's raw predictions, highest confidence first."""
         o = self.options
+        if self.end2end:
+            return end2end_detections(pred, o.conf_thres, self.classes, o.max_det)[0]
         return non_max_suppression(pred, o.conf_thres, o.iou_thres, self.classes, o.agnostic, max_det=o.max_det)[0]
 
     def _timed(self, im: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[float, float, float]]:

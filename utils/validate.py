@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from utils.boxes import non_max_suppression, scale_boxes, xywh2xyxy, xyxy2xywh
+from utils.boxes import end2end_detections, non_max_suppression, scale_boxes, xywh2xyxy, xyxy2xywh
 from utils.charts import plot_evaluation
 from utils.coco_json import (
     JsonGroundTruth,
@@ -214,14 +214,17 @@ class _Run:
         with self.autocast:
             preds, train_out = self.model(im)
         t2 = time_sync(self.device)
-        output = non_max_suppression(
-            preds.float(),
-            opts.conf_thres,
-            opts.iou_thres,
-            multi_label=True,
-            agnostic=opts.single_cls,
-            max_det=opts.max_det,
-        )
+        if getattr(self.model, "end2end", False):  # final detections (YOLO26's one-to-one head): no NMS
+            output = end2end_detections(preds, opts.conf_thres, max_det=opts.max_det)
+        else:
+            output = non_max_suppression(
+                preds.float(),
+                opts.conf_thres,
+                opts.iou_thres,
+                multi_label=True,
+                agnostic=opts.single_cls,
+                max_det=opts.max_det,
+            )
         t3 = time_sync(self.device)
         for k, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
             self.totals[k] += dt
