@@ -166,13 +166,13 @@ class AnchorFreeDetect(nn.Module):
         key = (tuple(m.shape[-2:] for m in maps), dtype, maps[0].device)
         if key not in self._points:
             points, strides = [], []
-            for m, s in zip(maps, self.stride):
+            for i, m in enumerate(maps):
                 h, w = m.shape[-2:]
                 ys = torch.arange(h, device=m.device, dtype=dtype) + 0.5
                 xs = torch.arange(w, device=m.device, dtype=dtype) + 0.5
                 yv, xv = torch.meshgrid(ys, xs, indexing="ij")
                 points.append(torch.stack((xv, yv)).view(2, -1))
-                strides.append(torch.full((1, h * w), float(s), device=m.device, dtype=dtype))
+                strides.append(self.stride[i].to(m.device, dtype).view(1, 1).expand(1, h * w))
             self._points[key] = (torch.cat(points, 1), torch.cat(strides, 1))
         return self._points[key]
 

@@ -1,4 +1,5 @@
-"""Downloads with urllib: official YOLOv5 weights from the GitHub release, images given as URLs."""
+"""Downloads with urllib: official YOLOv5, YOLOv8, YOLO11 and YOLO26 weights from their GitHub releases, images
+given as URLs."""
 
 import hashlib
 import os
@@ -16,6 +17,13 @@ from utils.log import LOGGER
 GITHUB_RELEASE = "https://github.com/ultralytics/yolov5/releases/download/v7.0"
 # Release assets this code can run: the P5 and P6 detection models (not -seg or -cls).
 RELEASE_WEIGHTS = re.compile(r"yolov5[nsmlx]6?\.pt")
+# The anchor-free detection models, published by the `ultralytics` package in its assets repository; YOLO26 came
+# with release v8.4.0, YOLOv8 and YOLO11 are in v8.3.0.
+ASSETS_RELEASE = "https://github.com/ultralytics/assets/releases/download"
+ANCHOR_FREE_WEIGHTS = {
+    re.compile(r"(yolov8|yolo11)[nsmlx]\.pt"): f"{ASSETS_RELEASE}/v8.3.0",
+    re.compile(r"yolo26[nsmlx]\.pt"): f"{ASSETS_RELEASE}/v8.4.0",
+}
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
 
 
@@ -101,6 +109,18 @@ def attempt_download_weights(
     found = resolve_bare_name(path, weights_dir, "weights")
     if found is not None:
         return found
-    if str(path) != path.name or not RELEASE_WEIGHTS.fullmatch(path.name):
+    release = release_folder(path.name, base_url) if str(path) == path.name else None
+    if release is None:
         return path
-    return safe_download(f"{base_url.rstrip('/')}/{path.name}", weights_dir / path.name, timeout, 100_000)
+    return safe_download(f"{release.rstrip('/')}/{path.name}", weights_dir / path.name, timeout, 100_000)
+
+
+def release_folder(name: str, base_url: str = GITHUB_RELEASE) -> str | None:
+    """The release URL an official weights name downloads from, or None for other names. A base_url other than
+    YOLOv5's release (a mirror, a test server) serves every official name."""
+    if RELEASE_WEIGHTS.fullmatch(name):
+        return base_url
+    for pattern, release in ANCHOR_FREE_WEIGHTS.items():
+        if pattern.fullmatch(name):
+            return release if base_url == GITHUB_RELEASE else base_url
+    return None
