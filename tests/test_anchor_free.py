@@ -50,7 +50,8 @@ def reference(shared) -> Path:
 
 
 def _load(reference: Path, name: str) -> tuple[Model, dict]:
-    return load_model(reference / f"{name}_random.pt", fuse=False), dict(np.load(reference / f"{name}_random_outputs.npz"))
+    outputs = dict(np.load(reference / f"{name}_random_outputs.npz"))
+    return load_model(reference / f"{name}_random.pt", fuse=False), outputs
 
 
 def _as_ultralytics(predictions: torch.Tensor) -> np.ndarray:
@@ -235,7 +236,7 @@ def _yolo11_head(layer: list) -> dict:
 HOSTILE = {
     "attention at full resolution": (lambda: _yolo11_layer(1, [-1, 1, "C2PSA", [64]]), "activations"),
     "C3k2 expansion 10^6": (lambda: _yolo11_layer(2, [-1, 2, "C3k2", [256, False, 1e6]]), "(0, 4]"),
-    "negative pooling count": (lambda: _yolo11_layer(9, [-1, 1, "SPPF", [1024, 5, -10**9]]), "whole number >= 0"),
+    "negative pooling count": (lambda: _yolo11_layer(9, [-1, 1, "SPPF", [1024, 5, -(10**9)]]), "whole number >= 0"),
     "reg_max 10^6": (lambda: _yolo11(reg_max=10**6), "'reg_max' must be a whole number in 1..64"),
     "unknown scale": (lambda: _yolo11(scale="q"), "scale 'q' is not one of the config's scales"),
     "scale of 10^3 width": (lambda: _yolo11(scales={"n": [0.5, 1000, 1024]}), "must be [depth, width, max_channels]"),
