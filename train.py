@@ -14,15 +14,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from utils.callbacks import Callback
 from utils.cli import Parser, int_in, run_cli
-from utils.datasets import load_hyp
-from utils.evolve import evolve
+from utils.data.config import load_hyp
 from utils.log import set_logging
-from utils.resume import resume_options
 from utils.torch_utils import select_device
-from utils.train_options import batch_size_arg, check_options, default_hyp, smoothing_arg
-from utils.trainer import RANK, check_project, start_distributed, train
+from utils.train.callbacks import Callback
+from utils.train.evolve import evolve
+from utils.train.options import batch_size_arg, check_options, default_hyp, smoothing_arg
+from utils.train.resume import resume_options
+from utils.train.trainer import RANK, check_project, start_distributed, train
 
 ROOT = Path(__file__).resolve().parent
 

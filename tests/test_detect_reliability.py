@@ -11,8 +11,8 @@ import pytest
 
 import detect
 from utils.files import RUN_MARKER
-from utils.predict import DetectRun, ImageResult
-from utils.sources import SourceError, check_source
+from utils.infer.predict import DetectRun, ImageResult
+from utils.infer.sources import SourceError, check_source
 
 ROOT = Path(__file__).resolve().parents[1]
 

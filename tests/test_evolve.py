@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 import train
-from utils import charts, evolve
-from utils.callbacks import Callback
-from utils.datasets import load_hyp
-from utils.evolve import MUTATIONS, EvolveError, Generation
+from utils.data.config import load_hyp
+from utils.data.shapes import generate_shapes, write_data_yaml
+from utils.eval import charts
 from utils.metrics import fitness
-from utils.shapes import generate_shapes, write_data_yaml
-from utils.train_setup import TrainError
+from utils.train import evolve
+from utils.train.callbacks import Callback
+from utils.train.evolve import MUTATIONS, EvolveError, Generation
+from utils.train.setup import TrainError
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = load_hyp(ROOT / "data" / "hyp.scratch.yaml")

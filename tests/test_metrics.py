@@ -337,7 +337,7 @@ def test_fitness():
 
 
 def test_charts(tmp_path):
-    from utils.charts import plot_evaluation
+    from utils.eval.charts import plot_evaluation
 
     m = fill(random_case(3, n_images=15)).evaluate(confusion=True)
     files = plot_evaluation(m, tmp_path / "run")

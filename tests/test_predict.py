@@ -1,4 +1,4 @@
-"""utils.predict: the Predictor on real weights and images, a stand-in backend, option checks and timing text."""
+"""utils.infer.predict: the Predictor on real weights and images, a stand-in backend, option checks and timing text."""
 
 from pathlib import Path
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.detector import load_detector
-from utils.predict import (
+from utils.infer.predict import (
     DetectError,
     PredictOptions,
     Predictor,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from utils.downloads import DownloadError, attempt_download_weights, is_url, safe_download, url_filename
-from utils.sources import (
+from utils.infer.sources import (
     LoadImages,
     LoadStreams,
     SourceError,

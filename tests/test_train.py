@@ -11,9 +11,11 @@ from torch import nn
 import train
 from models.checkpoint import load_model
 from models.yolo import Model
-from utils import callbacks, train_setup, train_step, trainer
-from utils.callbacks import Callback
 from utils.torch_utils import cpu_supports_bf16
+from utils.train import callbacks, trainer
+from utils.train import setup as train_setup
+from utils.train import step as train_step
+from utils.train.callbacks import Callback
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0"]
 

@@ -10,9 +10,9 @@ import torch
 import train
 from models.checkpoint import fp16_state_dict
 from models.yolo import Model
-from utils import train_setup
-from utils.callbacks import Callback
-from utils.shapes import generate_shapes, write_data_yaml
+from utils.data.shapes import generate_shapes, write_data_yaml
+from utils.train import setup as train_setup
+from utils.train.callbacks import Callback
 
 NAMES = "[circle, square, triangle, star, cross]"
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots", "--epochs", "1"]

@@ -14,9 +14,9 @@ import torch
 import yaml
 
 import train
-from utils import trainer as trainer_module
-from utils.callbacks import Callback
-from utils.train_setup import TrainError
+from utils.train import trainer as trainer_module
+from utils.train.callbacks import Callback
+from utils.train.setup import TrainError
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = ".yolo-run"  # utils.files.RUN_MARKER, spelled out so that this file also runs where it does not exist
@@ -183,7 +183,7 @@ def test_a_run_started_alongside_another_gets_its_own_folder(shapes_yaml, tmp_pa
 
 
 def test_evolution_folders_are_reserved(tmp_path, log):
-    from utils import evolve
+    from utils.train import evolve
 
     first = evolve.evolution_folder(tmp_path, "exp", False)
     assert first == tmp_path / "exp" and (first / MARKER).is_file()
@@ -241,7 +241,7 @@ def test_ctrl_c_in_the_first_epoch_leaves_a_resumable_checkpoint(shapes_yaml, tm
 
 
 def test_bare_resume_passes_over_newer_finished_runs(interrupted_run, tmp_path, log):
-    from utils.resume import find_resume_checkpoint
+    from utils.train.resume import find_resume_checkpoint
 
     shutil.copytree(interrupted_run, tmp_path / "exp")
     shutil.copytree(interrupted_run, tmp_path / "exp2")  # newer, and finished

@@ -1,4 +1,4 @@
-"""utils.trainer: the Trainer's stages and callbacks on a tiny shapes set, its checkpoint guard, its helpers."""
+"""utils.train.trainer: the Trainer's stages and callbacks on a tiny shapes set, its checkpoint guard, its helpers."""
 
 import csv
 import math
@@ -8,9 +8,9 @@ import torch
 
 import train
 from models.yolo import Model
-from utils import trainer
-from utils.callbacks import Callback
-from utils.train_setup import TrainError
+from utils.train import trainer
+from utils.train.callbacks import Callback
+from utils.train.setup import TrainError
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0", "--noplots"]
 

@@ -10,13 +10,13 @@ import urllib.request
 from pathlib import Path
 
 from utils.errors import DownloadError
-from utils.files import resolve_bare_name
+from utils.files import REPO_ROOT, resolve_bare_name
 from utils.log import LOGGER
 
 GITHUB_RELEASE = "https://github.com/ultralytics/yolov5/releases/download/v7.0"
 # Release assets this code can run: the P5 and P6 detection models (not -seg or -cls).
 RELEASE_WEIGHTS = re.compile(r"yolov5[nsmlx]6?\.pt")
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
+WEIGHTS_DIR = REPO_ROOT / "weights"
 
 
 def is_url(text: str | Path, schemes: tuple[str, ...] = ("http", "https")) -> bool:

@@ -4,6 +4,7 @@ import logging
 import sys
 
 LOGGER = logging.getLogger("yolo")
+PROGRESS_BAR = "{l_bar}{bar:10}{r_bar}"  # every tqdm bar of the project: a 10-character bar between the counts
 
 
 def set_logging(verbose: bool = True) -> None:
@@ -16,9 +17,10 @@ def set_logging(verbose: bool = True) -> None:
     LOGGER.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
-def one_line(error: BaseException) -> str:
-    """An exception's message folded onto one line (its class name when it has no message)."""
-    return " ".join(str(error).split()) or error.__class__.__name__
+def one_line(value: object) -> str:
+    """A message (an exception's, or any text) folded onto one line; an exception without a message gives its
+    class name."""
+    return " ".join(str(value).split()) or (value.__class__.__name__ if isinstance(value, BaseException) else "")
 
 
 set_logging()

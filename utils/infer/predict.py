@@ -3,7 +3,7 @@
 detect.py is a command line over it and models.detector.Detector (the Python API) calls the same predict(), so the
 two cannot drift apart; any model that maps a (1, 3, H, W) tensor to raw predictions can be the backend. Loading
 weights is models.detector.load_detector's concern, so this module imports nothing from models.
-Outputs (files, windows) are utils.outputs' concern, not this module's.
+Outputs (files, windows) are utils.infer.outputs' concern, not this module's.
 """
 
 import argparse
@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from utils.augment import check_img_size
 from utils.boxes import non_max_suppression, scale_boxes
 from utils.cli import float_in, int_in
+from utils.data.augment import check_img_size
 from utils.errors import DetectError
+from utils.infer.sources import Source, load_sources
 from utils.log import LOGGER
-from utils.sources import Source, load_sources
 from utils.torch_utils import time_sync
 
 # Valid range of each numeric detection option: one table for detect.py's argparse types and for check_options,

@@ -26,18 +26,17 @@ import numpy as np
 import torch
 import yaml
 
-from utils.callbacks import RESULT_COLUMNS, Callback
-from utils.datasets import HYP_KEYS, HYP_OPTIONAL, load_hyp
+from utils.data.config import HYP_KEYS, HYP_OPTIONAL, load_hyp
 from utils.errors import EvolveError, TrainError
-from utils.files import RUN_MARKER, RunFolderError, is_run_dir
+from utils.files import REPO_ROOT, RUN_MARKER, RunFolderError, is_run_dir
 from utils.log import LOGGER
 from utils.torch_utils import select_device
-from utils.train_options import check_options, default_hyp
-from utils.trainer import new_run_folder, train
+from utils.train.callbacks import RESULT_COLUMNS, Callback
+from utils.train.options import check_options, default_hyp
+from utils.train.trainer import new_run_folder, train
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PROJECT = ROOT / "runs" / "train"  # train.py's --project default; evolutions go to runs/evolve instead
-EVOLVE_PROJECT = ROOT / "runs" / "evolve"
+DEFAULT_PROJECT = REPO_ROOT / "runs" / "train"  # train.py's --project default; evolutions go to runs/evolve instead
+EVOLVE_PROJECT = REPO_ROOT / "runs" / "evolve"
 CSV_NAME, YAML_NAME, PLOT_NAME = "evolve.csv", "hyp_evolve.yaml", "evolve.png"
 GENERATION_DIR = "generation"  # the latest generation's training run (its weights are deleted after it)
 
@@ -283,7 +282,7 @@ def write_best_hyp(file: str | Path, rows: list[Generation]) -> Generation:
 def plot_evolution(rows: list[Generation], file: str | Path) -> None:
     """evolve.png: each hyperparameter against fitness; a plotting failure is only a warning."""
     try:
-        from utils import charts  # matplotlib is slow to import: only when a plot is drawn
+        from utils.eval import charts  # matplotlib is slow to import: only when a plot is drawn
 
         values = np.array([list(r.hyp.values()) for r in rows], dtype=np.float64)
         charts.plot_evolve(list(rows[0].hyp), values, np.array([r.fitness for r in rows]), file)

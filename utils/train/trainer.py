@@ -1,8 +1,8 @@
 """The training engine behind train.py: a Trainer whose train() is setup -> train_one_epoch + validate + save per
-epoch -> finish, with callbacks (utils.callbacks) at each stage.
+epoch -> finish, with callbacks (utils.train.callbacks) at each stage.
 
-Set-up pieces live in utils.train_setup (model, optimizer, schedule, early stopping), the one training step and
-its warmup and loss gains in utils.train_step, --resume's option checking in utils.resume.
+Set-up pieces live in utils.train.setup (model, optimizer, schedule, early stopping), the one training step and
+its warmup and loss gains in utils.train.step, --resume's option checking in utils.train.resume.
 """
 
 import argparse
@@ -26,17 +26,19 @@ from torch.nn import functional as F  # noqa: N812
 from torch.optim import lr_scheduler
 
 from models.checkpoint import checkpoint_dict, fp16_state_dict, load_checkpoint, load_model, save_checkpoint
-from utils.augment import check_img_size, letterbox
-from utils.autoanchor import check_anchors
-from utils.autobatch import autobatch
-from utils.callbacks import BatchEnd, Callback, Callbacks, EpochResult, default_callbacks
-from utils.datasets import create_dataloader, load_data_config
+from utils.data.augment import check_img_size, letterbox
+from utils.data.config import load_data_config
+from utils.data.loader import create_dataloader
+from utils.eval.validate import ValidationOptions, ValidationResult, evaluate
 from utils.files import RunFolderError, reserve_run_dir
-from utils.image_weights import sample_indices
 from utils.log import LOGGER
-from utils.loss import ComputeLoss
 from utils.torch_utils import ModelEMA, de_parallel, init_seeds, retain_freed_memory
-from utils.train_setup import (
+from utils.train.autoanchor import check_anchors
+from utils.train.autobatch import autobatch
+from utils.train.callbacks import BatchEnd, Callback, Callbacks, EpochResult, default_callbacks
+from utils.train.image_weights import sample_indices
+from utils.train.loss import ComputeLoss
+from utils.train.setup import (
     EarlyStopping,
     TrainError,
     all_finite,
@@ -47,7 +49,7 @@ from utils.train_setup import (
     lr_lambda,
     smart_optimizer,
 )
-from utils.train_step import (
+from utils.train.step import (
     NBS,
     TrainingParts,
     apply_warmup,
@@ -57,7 +59,6 @@ from utils.train_step import (
     train_step,
     warmup_values,
 )
-from utils.validate import ValidationOptions, ValidationResult, evaluate
 
 LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))  # set by torch.distributed.run
 RANK = int(os.getenv("RANK", -1))
@@ -197,7 +198,7 @@ def epoch_result(
 class Trainer:
     """Trains per train.py's options: setup(), then per epoch train_one_epoch(), validate() and save(), then finish().
 
-    Callbacks (utils.callbacks) run on the main process only; the defaults write the console output, results.csv
+    Callbacks (utils.train.callbacks) run on the main process only; the defaults write the console output, results.csv
     and the plots, and callbacks=[...] adds more.
     """
 

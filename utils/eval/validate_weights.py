@@ -16,15 +16,12 @@ from models.backends import load_exported
 from models.ensemble import load_models
 from models.export_metadata import is_backend_path
 from models.tta import TTAModel
-from utils.augment import check_img_size
-from utils.coco_json import JsonGroundTruth, load_json_ground_truth
-from utils.datasets import create_dataloader, list_image_files, load_data_config
-from utils.files import reserve_run_dir
-from utils.log import LOGGER, one_line
-from utils.metrics import DetectionMetrics, MetricsError, evaluate_coco_json, format_coco_stats
-from utils.outputs import clear_stale_labels
-from utils.torch_utils import prepare_for_inference, select_device
-from utils.validate import (
+from utils.data.augment import check_img_size
+from utils.data.config import load_data_config
+from utils.data.loader import create_dataloader
+from utils.data.verify import list_image_files
+from utils.eval.coco_json import JsonGroundTruth, load_json_ground_truth
+from utils.eval.validate import (
     TestError,
     ValidationOptions,
     ValidationResult,
@@ -33,6 +30,11 @@ from utils.validate import (
     make_folder,
     write_results_json,
 )
+from utils.files import reserve_run_dir
+from utils.infer.outputs import clear_stale_labels
+from utils.log import LOGGER, one_line
+from utils.metrics import DetectionMetrics, MetricsError, evaluate_coco_json, format_coco_stats
+from utils.torch_utils import prepare_for_inference, select_device
 
 TASKS = ("train", "val", "test", "speed")
 

@@ -3,14 +3,12 @@ combinations that cannot run (each a one-line TrainError)."""
 
 import argparse
 import math
-from pathlib import Path
 
 from utils.cli import float_in, int_in
+from utils.files import DATA_DIR
 from utils.log import LOGGER
-from utils.train_setup import TrainError
-from utils.trainer import RANK
-
-DATA = Path(__file__).resolve().parents[1] / "data"
+from utils.train.setup import TrainError
+from utils.train.trainer import RANK
 
 
 def batch_size_arg(text: str) -> int:
@@ -36,7 +34,7 @@ def default_hyp() -> str:
 
     hyp.finetune.yaml (YOLOv5 v3.0's default from weights, evolved on VOC) is only an option: in a 1-epoch fine-tune
     of yolov5n on COCO images it gave mAP50-95 0.182 against 0.278 with these values."""
-    file = DATA / "hyp.scratch.yaml"
+    file = DATA_DIR / "hyp.scratch.yaml"
     LOGGER.info(f"hyperparameters: data/{file.name} (YOLOv5's default; --hyp to choose, e.g. --hyp hyp.finetune.yaml)")
     return str(file)
 

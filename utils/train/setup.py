@@ -13,7 +13,7 @@ from models.checkpoint import load_checkpoint
 from models.yolo import Model
 from utils.downloads import DownloadError, attempt_download_weights
 from utils.errors import TrainError
-from utils.log import LOGGER
+from utils.log import LOGGER, one_line
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Model, weights and image size
@@ -105,7 +105,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, last: st
             None,
         )
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        problem = " ".join(str(e).split())
+        problem = one_line(e)
     if problem:
         raise TrainError(
             f"{last}: its optimizer state does not fit the model (a checkpoint of another model?): {problem}"
@@ -120,7 +120,7 @@ def _make_model(cfg, nc: int, anchors: int | None) -> Model:
         raise TrainError(str(e)) from None
     except (KeyError, ValueError, TypeError, IndexError) as e:
         where = "" if isinstance(cfg, dict) else f" {cfg}"
-        raise TrainError(f"unusable model config{where}: {' '.join(str(e).split())}") from None
+        raise TrainError(f"unusable model config{where}: {one_line(e)}") from None
 
 
 def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
