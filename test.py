@@ -16,7 +16,8 @@ import argparse
 import sys
 
 from utils.cli import Parser, float_in, int_in, run_cli
-from utils.eval.validate_weights import TASKS, TestError, run, score_files
+from utils.errors import TestError
+from utils.eval.validate_weights import TASKS, run, score_files
 
 __all__ = ["main", "parse_opt", "run", "score_files"]
 

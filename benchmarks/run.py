@@ -133,7 +133,7 @@ def _coco128_yaml(root: Path, tmp: Path) -> Path:
     ann = root / "annotations" / "instances_train2017.json"
     lines = [f"path: {root}", "train: images/train2017", "val: images/train2017"]
     lines += [f"ann_json: {ann}"] if ann.is_file() else []
-    names = json.dumps(__import__("utils.metrics", fromlist=["COCO80_NAMES"]).COCO80_NAMES)
+    names = json.dumps(__import__("utils.eval.coco_io", fromlist=["COCO80_NAMES"]).COCO80_NAMES)
     (tmp / "coco128.yaml").write_text("\n".join(lines + ["nc: 80", f"names: {names}"]) + "\n")
     return tmp / "coco128.yaml"
 

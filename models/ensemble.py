@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models.checkpoint import CheckpointError, load_model
+from models.checkpoint import load_model
+from utils.errors import CheckpointError
 
 
 class Ensemble(nn.Module):

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from utils.errors import DetectError
 from utils.files import is_run_dir, reserve_run_dir
 from utils.infer.outputs import crop_folder, file_ids, write_image, write_refusal
-from utils.infer.predict import DetectError, detections_text
+from utils.infer.predict import detections_text
 from utils.plots import Annotator, colors, save_one_box
 
 

@@ -20,7 +20,8 @@ from test_datasets import grey, make_dataset
 
 from utils.data import config
 from utils.data.config import load_data_config, load_hyp
-from utils.data.dataset import DatasetError, LoadImagesAndLabels
+from utils.data.dataset import LoadImagesAndLabels
+from utils.errors import DatasetError
 from utils.images import read_image, read_image_checked
 
 ROOT = Path(__file__).resolve().parents[1]

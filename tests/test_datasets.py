@@ -13,8 +13,9 @@ import yaml
 from utils.boxes import scale_boxes, xywhn2xyxy
 from utils.data import config, dataset, download
 from utils.data.config import HYP_KEYS, load_data_config, load_hyp
-from utils.data.dataset import DatasetError, LoadImagesAndLabels
+from utils.data.dataset import LoadImagesAndLabels
 from utils.data.loader import create_dataloader
+from utils.errors import DatasetError
 from utils.files import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder

@@ -20,8 +20,9 @@ from test_datasets import grey, make_dataset
 import test as test_cli
 from utils.data import download
 from utils.data.config import load_data_config, load_hyp
-from utils.data.dataset import DatasetError, LoadImagesAndLabels
+from utils.data.dataset import LoadImagesAndLabels
 from utils.data.loader import create_dataloader
+from utils.errors import DatasetError
 from utils.files import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder

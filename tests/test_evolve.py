@@ -13,12 +13,12 @@ import yaml
 import train
 from utils.data.config import load_hyp
 from utils.data.shapes import generate_shapes, write_data_yaml
+from utils.errors import EvolveError, TrainError
 from utils.eval import charts
-from utils.metrics import fitness
+from utils.eval.metrics import fitness
 from utils.train import evolve
 from utils.train.callbacks import Callback
-from utils.train.evolve import MUTATIONS, EvolveError, Generation
-from utils.train.setup import TrainError
+from utils.train.evolve import MUTATIONS, Generation
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = load_hyp(ROOT / "data" / "hyp.scratch.yaml")

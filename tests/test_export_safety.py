@@ -27,7 +27,7 @@ import yaml
 
 import detect
 import export
-from models.backends import BackendError, load_backend
+from models.backends import load_backend
 from models.checkpoint import checkpoint_dict, load_model, save_checkpoint
 from models.export import ExportOptions
 from models.export import export as export_weights
@@ -35,6 +35,7 @@ from models.export_metadata import parse_metadata
 from models.yolo import Model
 from utils import downloads
 from utils.data.shapes import CLASSES
+from utils.errors import BackendError
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package

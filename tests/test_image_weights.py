@@ -11,7 +11,8 @@ import pytest
 from utils.data.config import load_hyp
 from utils.data.dataset import LoadImagesAndLabels
 from utils.data.loader import create_dataloader
-from utils.train.image_weights import ImageWeightsError, class_weights, image_weights, sample_indices
+from utils.errors import ImageWeightsError
+from utils.train.image_weights import class_weights, image_weights, sample_indices
 
 pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder
 

@@ -4,8 +4,9 @@ import cv2
 import numpy as np
 import pytest
 
+from utils.errors import DetectError
 from utils.infer.outputs import OutputNames, OutputOptions, Outputs, crop_folder, make_save_dir, output_stem
-from utils.infer.predict import DetectError, ImageResult, Prediction
+from utils.infer.predict import ImageResult, Prediction
 
 
 def test_output_names_unit():

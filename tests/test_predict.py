@@ -8,14 +8,8 @@ import pytest
 import torch
 
 from models.detector import load_detector
-from utils.infer.predict import (
-    DetectError,
-    PredictOptions,
-    Predictor,
-    check_options,
-    detections_text,
-    shapes_text,
-)
+from utils.errors import DetectError
+from utils.infer.predict import PredictOptions, Predictor, check_options, detections_text, shapes_text
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 WEIGHTS = SHARED / "weights" / "yolov5n.pt"

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from utils.data.dataset import LoadImagesAndLabels
-from utils.data.shapes import CLASSES, COLORS, N_TRAIN, N_VAL, ShapesError, generate_shapes
+from utils.data.shapes import CLASSES, COLORS, N_TRAIN, N_VAL, generate_shapes
+from utils.errors import ShapesError
 from utils.files import REPO_ROOT as ROOT
 
 

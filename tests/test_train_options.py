@@ -8,9 +8,10 @@ import yaml
 
 import train
 from models.yolo import Model
+from utils.errors import TrainError
 from utils.train import options as train_options
 from utils.train.autobatch import DEFAULT_BATCH, autobatch, fit_batch_size
-from utils.train.setup import TrainError, freeze_layers
+from utils.train.setup import freeze_layers
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots"]
 

@@ -14,9 +14,9 @@ import torch
 import yaml
 
 import train
+from utils.errors import TrainError
 from utils.train import trainer as trainer_module
 from utils.train.callbacks import Callback
-from utils.train.setup import TrainError
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = ".yolo-run"  # utils.files.RUN_MARKER, spelled out so that this file also runs where it does not exist

@@ -8,9 +8,9 @@ import torch
 
 import train
 from models.yolo import Model
+from utils.errors import TrainError
 from utils.train import trainer
 from utils.train.callbacks import Callback
-from utils.train.setup import TrainError
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0", "--noplots"]
 

@@ -10,10 +10,10 @@ import torch
 from models import load_model
 from utils.data.config import load_hyp
 from utils.data.loader import create_dataloader
+from utils.eval.coco_io import COCO80_NAMES
 from utils.eval.coco_json import load_json_ground_truth
 from utils.eval.validate import ValidationOptions, ValidationResult, evaluate
 from utils.eval.validate_weights import run as validate_weights
-from utils.metrics import COCO80_NAMES
 from utils.train.loss import ComputeLoss
 
 NAMES = list(COCO80_NAMES)

@@ -216,7 +216,8 @@ def load_data_config(path: str | Path) -> dict:
 def _generate_shapes(root: Path, file: Path, missing: str) -> None:
     """`generate: shapes`: write the synthetic dataset, but only into an absent or empty folder. A split path with a
     typo must not make a real dataset's folders look missing: nothing that exists is deleted or written into."""
-    from utils.data.shapes import ShapesError, generate_shapes, is_occupied  # lazy: only needed on first use
+    from utils.data.shapes import generate_shapes, is_occupied  # lazy: only needed on first use
+    from utils.errors import ShapesError
 
     try:
         occupied = is_occupied(root)

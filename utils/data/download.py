@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from utils.downloads import DownloadError, is_url, safe_download, url_filename
-from utils.errors import DatasetError
+from utils.downloads import is_url, safe_download, url_filename
+from utils.errors import DatasetError, DownloadError
 from utils.log import LOGGER, PROGRESS_BAR, one_line
 
 ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")  # what a data YAML's `download:` may fetch

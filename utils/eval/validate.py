@@ -17,8 +17,9 @@ import torch
 from tqdm import tqdm
 
 from utils.boxes import non_max_suppression, scale_boxes, xywh2xyxy, xyxy2xywh
-from utils.errors import TestError
+from utils.errors import MetricsError, TestError
 from utils.eval.charts import plot_evaluation
+from utils.eval.coco_io import format_coco_stats, pycocotools_stats
 from utils.eval.coco_json import (
     JsonGroundTruth,
     check_json_sizes,
@@ -26,16 +27,10 @@ from utils.eval.coco_json import (
     image_ids_for,
     load_json_ground_truth,
 )
+from utils.eval.evaluator import CocoEvaluator
+from utils.eval.metrics import DetectionMetrics, fitness
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER, PROGRESS_BAR, one_line
-from utils.metrics import (
-    CocoEvaluator,
-    DetectionMetrics,
-    MetricsError,
-    fitness,
-    format_coco_stats,
-    pycocotools_stats,
-)
 from utils.plots import save_batch_plot
 from utils.torch_utils import time_sync
 

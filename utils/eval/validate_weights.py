@@ -20,9 +20,11 @@ from utils.data.augment import check_img_size
 from utils.data.config import load_data_config
 from utils.data.loader import create_dataloader
 from utils.data.verify import list_image_files
+from utils.errors import MetricsError, TestError
+from utils.eval.coco_io import evaluate_coco_json, format_coco_stats
 from utils.eval.coco_json import JsonGroundTruth, load_json_ground_truth
+from utils.eval.metrics import DetectionMetrics
 from utils.eval.validate import (
-    TestError,
     ValidationOptions,
     ValidationResult,
     check_outside_dataset,
@@ -33,7 +35,6 @@ from utils.eval.validate import (
 from utils.files import reserve_run_dir
 from utils.infer.outputs import clear_stale_labels
 from utils.log import LOGGER, one_line
-from utils.metrics import DetectionMetrics, MetricsError, evaluate_coco_json, format_coco_stats
 from utils.torch_utils import prepare_for_inference, select_device
 
 TASKS = ("train", "val", "test", "speed")

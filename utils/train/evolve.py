@@ -27,8 +27,9 @@ import torch
 import yaml
 
 from utils.data.config import HYP_KEYS, HYP_OPTIONAL, load_hyp
-from utils.errors import EvolveError, TrainError
-from utils.files import REPO_ROOT, RUN_MARKER, RunFolderError, is_run_dir
+from utils.errors import EvolveError, RunFolderError, TrainError
+from utils.eval.metrics import fitness_score
+from utils.files import REPO_ROOT, RUN_MARKER, is_run_dir
 from utils.log import LOGGER
 from utils.torch_utils import select_device
 from utils.train.callbacks import RESULT_COLUMNS, Callback
@@ -99,8 +100,8 @@ class Generation:
 
     @property
     def fitness(self) -> float:
-        """0.1 * mAP50 + 0.9 * mAP50-95, the training fitness (utils.metrics.fitness) of this row; 0 if not finite."""
-        value = 0.1 * self.metrics[2] + 0.9 * self.metrics[3]
+        """The training fitness (utils.eval.metrics.fitness_score) of this row; 0 if not finite."""
+        value = fitness_score(self.metrics[2], self.metrics[3])
         return value if math.isfinite(value) else 0.0  # a diverged generation counts as the least fit
 
 

@@ -5,9 +5,9 @@ import argparse
 import math
 
 from utils.cli import float_in, int_in
+from utils.errors import TrainError
 from utils.files import DATA_DIR
 from utils.log import LOGGER
-from utils.train.setup import TrainError
 from utils.train.trainer import RANK
 
 

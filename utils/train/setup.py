@@ -11,8 +11,8 @@ from torch import nn
 
 from models.checkpoint import load_checkpoint
 from models.yolo import Model
-from utils.downloads import DownloadError, attempt_download_weights
-from utils.errors import TrainError
+from utils.downloads import attempt_download_weights
+from utils.errors import DownloadError, TrainError
 from utils.log import LOGGER, one_line
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ from models.checkpoint import checkpoint_dict, fp16_state_dict, load_checkpoint,
 from utils.data.augment import check_img_size, letterbox
 from utils.data.config import load_data_config
 from utils.data.loader import create_dataloader
+from utils.errors import RunFolderError, TrainError
 from utils.eval.validate import ValidationOptions, ValidationResult, evaluate
-from utils.files import RunFolderError, reserve_run_dir
+from utils.files import reserve_run_dir
 from utils.log import LOGGER
 from utils.torch_utils import ModelEMA, de_parallel, init_seeds, retain_freed_memory
 from utils.train.autoanchor import check_anchors
@@ -40,7 +41,6 @@ from utils.train.image_weights import sample_indices
 from utils.train.loss import ComputeLoss
 from utils.train.setup import (
     EarlyStopping,
-    TrainError,
     all_finite,
     build_model,
     freeze_layers,
