@@ -183,14 +183,14 @@ class NanLossOnFirstBatch(Callback):
         self.calls, self.batches = 0, []
 
     def on_train_start(self, trainer):
-        real = trainer.parts.compute_loss
+        real = trainer.parts.train_loss
 
         def nan_first(preds, targets):
             loss, items = real(preds, targets)
             self.calls += 1
             return (loss * float("nan"), items * float("nan")) if self.calls == 1 else (loss, items)
 
-        trainer.parts.compute_loss = nan_first
+        trainer.parts.train_loss = nan_first
 
     def on_batch_end(self, trainer, batch):
         self.batches.append((batch.index, batch.mean_losses))

@@ -219,7 +219,7 @@ def test_out_of_memory_is_one_line(tiny_yaml, tmp_path, log):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity")
 
     def swap_loss(trainer):
-        trainer.parts.compute_loss = out_of_memory
+        trainer.parts.train_loss = out_of_memory
 
     args = ["--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path]
     assert _train(*args, callbacks=[OnStart(swap_loss)]) == 1

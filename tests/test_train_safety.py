@@ -208,16 +208,16 @@ def test_hyp_scratch_holds_yolov5_scratch_low():
 @pytest.mark.parametrize("weights", ["", "yolov5n.pt"])
 def test_default_hyp_is_scratch_low_from_weights_too(weights, tmp_path, log):
     opt = train.parse_opt(["--weights", weights, "--cfg", "yolov5n.yaml", "--project", str(tmp_path)])
-    hyp, opt, _, _ = train.setup_run(opt)
-    assert hyp == SCRATCH_LOW and Path(opt.hyp_file) == ROOT / "data" / "hyp.scratch.yaml"
+    config, _, _ = train.setup_run(opt)
+    assert config.hyp == SCRATCH_LOW and Path(config.hyp_file) == ROOT / "data" / "hyp.scratch.yaml"
     assert "hyperparameters: data/hyp.scratch.yaml" in log.text
     assert not any(tmp_path.iterdir())  # nothing is made before training starts
 
 
 def test_finetune_hyp_is_still_an_option(tmp_path):
     opt = train.parse_opt(["--weights", "x.pt", "--hyp", "hyp.finetune.yaml", "--project", str(tmp_path)])
-    hyp, opt, _, _ = train.setup_run(opt)
-    assert hyp["lr0"] == 0.0032 and opt.hyp_file == "hyp.finetune.yaml"
+    config, _, _ = train.setup_run(opt)
+    assert config.hyp["lr0"] == 0.0032 and config.hyp_file == "hyp.finetune.yaml"
 
 
 # ---------------------------------------------------------------------------------------------------------------------

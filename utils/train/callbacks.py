@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from utils.eval.validate import ValidationResult
 from utils.log import LOGGER, PROGRESS_BAR
 from utils.plots import save_batch_plot
 from utils.train.tensorboard_logger import TensorBoardRun, open_tensorboard
@@ -70,6 +71,17 @@ class EpochResult:
         """The values of a results.csv row, in RESULT_COLUMNS order."""
         metrics = [self.precision, self.recall, self.map50, self.map]
         return [self.epoch, *self.train_losses, *metrics, *self.val_losses, *self.lrs]
+
+
+def epoch_result(
+    epoch: int, train_losses: list[float], lrs: list[float], validation: ValidationResult | None
+) -> EpochResult:
+    """An epoch's EpochResult from its training losses, lrs and validation (zeros where there is none yet)."""
+    if validation is None:
+        return EpochResult(epoch, train_losses, 0.0, 0.0, 0.0, 0.0, [0.0, 0.0, 0.0], lrs, 0.0)
+    m = validation.metrics
+    losses = [float(x) for x in validation.losses]
+    return EpochResult(epoch, train_losses, m.mp, m.mr, m.map50, m.map, losses, lrs, validation.fitness)
 
 
 class Callback:
