@@ -1,6 +1,7 @@
 """train.py end to end on a tiny shapes set: outputs, checkpoints, resume, atomic saves, bad input; and its helpers."""
 
 import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from utils.train import callbacks, trainer
 from utils.train import setup as train_setup
 from utils.train import step as train_step
 from utils.train.callbacks import Callback
+from utils.train.config import TrainConfig
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0"]
 
@@ -279,12 +281,13 @@ def test_truncate_results_drops_epochs_to_redo(tmp_path):
     assert _epochs(file) == [0, 1]
 
 
-def test_plain_args_and_weight_transfer():
-    opt = train.parse_opt(["--img", "320", "--freeze", "10"])
-    opt.save_dir = Path("runs/train/exp")
-    plain = trainer.plain_args(opt)
-    assert plain["imgsz"] == 320 and plain["freeze"] == [10] and plain["amp"] is None
-    assert plain["save_dir"] == "runs/train/exp"
+def test_saved_options_and_weight_transfer():
+    config = TrainConfig.from_namespace(train.parse_opt(["--img", "320", "--freeze", "10"]))
+    plain = config.saved_options(save_dir=Path("runs/train/exp"), batch_size=8)
+    assert plain["imgsz"] == 320 and plain["freeze"] == [10] and plain["amp"] is None and plain["batch_size"] == 8
+    assert plain["save_dir"] == "runs/train/exp" and plain["hyp"] == config.hyp and plain["hyp"]["lr0"] == 0.01
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.batch_size = 4  # the Trainer keeps what it resolves as its own state
     src = {"a": torch.zeros(2), "b": torch.zeros(3), "anchors": torch.zeros(1)}
     dst = {"a": torch.ones(2), "b": torch.ones(4), "anchors": torch.ones(1)}
     assert list(train_setup.intersect_state_dicts(src, dst)) == ["a", "anchors"]

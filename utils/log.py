@@ -17,6 +17,12 @@ def set_logging(verbose: bool = True) -> None:
     LOGGER.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
+def speed_line(speed_ms: tuple[float, float, float], shape: str) -> str:
+    """YOLOv5's speed line of detect.py and test.py: per-image milliseconds of each stage, at the input shape(s)."""
+    pre, inference, nms = speed_ms
+    return f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at {shape}"
+
+
 def one_line(value: object) -> str:
     """A message (an exception's, or any text) folded onto one line; an exception without a message gives its
     class name."""

@@ -75,9 +75,8 @@ def create_dataloader(
 ) -> tuple[DataLoader, LoadImagesAndLabels]:
     """A DataLoader over LoadImagesAndLabels (distributed sampler when rank != -1, seeded workers); the batch is
     clipped to the dataset size. require_labels (training) refuses a dataset without any label box. image_weights:
-    the caller sets dataset.indices each epoch (utils.train.image_weights), so workers
-    restart each epoch to see them and rect is off. quad: batches go through collate_quad (batch_size // 4 images of
-    twice the side)."""
+    the caller sets dataset.indices each epoch (utils.train.image_weights), so workers restart each epoch to see
+    them and rect is off. quad: batches go through collate_quad (batch_size // 4 images of twice the side)."""
     rect, shuffle = _loader_flags(batch_size, rect, shuffle, image_weights, quad, prefix)
     dataset = LoadImagesAndLabels(
         path,
@@ -98,8 +97,7 @@ def create_dataloader(
     batch_size = _fit_batch(batch_size, len(dataset), path, quad, prefix)
     nw = max(0, min(os.cpu_count() or 1, batch_size, workers))
     sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=shuffle)
-    generator = torch.Generator()
-    generator.manual_seed(6_364_136_223_846_793 + seed + max(rank, 0))
+    generator = torch.Generator().manual_seed(6_364_136_223_846_793 + seed + max(rank, 0))
     loader = DataLoader(
         dataset,
         batch_size=batch_size,

@@ -30,7 +30,7 @@ from utils.eval.coco_json import (
 from utils.eval.evaluator import CocoEvaluator
 from utils.eval.metrics import DetectionMetrics, fitness
 from utils.labels import write_yolo_labels
-from utils.log import LOGGER, PROGRESS_BAR, one_line
+from utils.log import LOGGER, PROGRESS_BAR, one_line, speed_line
 from utils.plots import save_batch_plot
 from utils.torch_utils import time_sync
 
@@ -297,12 +297,8 @@ def _print_report(metrics: DetectionMetrics, seen: int, speed, opts: ValidationO
                 row % (m.names[c], m.class_images[c], m.instances[c], m.precision[c], m.recall[c], m.ap50[c], m.ap[c])
             )
     if opts.verbose:
-        pre, inference, nms = speed
         size = dataloader.dataset.img_size
-        LOGGER.info(
-            f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at "
-            f"shape ({dataloader.batch_size}, 3, {size}, {size})"
-        )
+        LOGGER.info(speed_line(speed, f"shape ({dataloader.batch_size}, 3, {size}, {size})"))
         LOGGER.info(f"COCO protocol (faster-coco-eval):\n{format_coco_stats(m.stats)}")
 
 

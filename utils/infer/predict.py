@@ -21,7 +21,7 @@ from utils.cli import float_in, int_in
 from utils.data.augment import check_img_size
 from utils.errors import DetectError
 from utils.infer.sources import Source, load_sources
-from utils.log import LOGGER
+from utils.log import LOGGER, speed_line
 from utils.torch_utils import time_sync
 
 # Valid range of each numeric detection option: one table for detect.py's argparse types and for check_options,
@@ -195,11 +195,7 @@ class Predictor:
 
     def speed_line(self) -> str:
         """The speed line, at the real input shapes."""
-        pre, inference, nms = self.speed_ms
-        return (
-            f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at "
-            f"{shapes_text(self.shapes)}"
-        )
+        return speed_line(self.speed_ms, shapes_text(self.shapes))
 
     def preprocess(self, im: np.ndarray) -> torch.Tensor:
         """CHW RGB uint8 array -> (1, 3, H, W) tensor in [0, 1] on the device, in the model's precision and layout."""

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from models.checkpoint import load_checkpoint
 from models.yolo import Model
+from utils.data.config import load_data_config
 from utils.data.dataset import LoadImagesAndLabels
 from utils.data.loader import create_dataloader
 from utils.downloads import attempt_download_weights
@@ -280,3 +281,15 @@ def build_val_loader(
         prefix="val: ",
         nc=nc,
     )[0]
+
+
+def training_data(config: TrainConfig) -> tuple[dict, int, list[str]]:
+    """The data YAML's config, class count and names for training (--single-cls: one class); TrainError without
+    both a train and a val split."""
+    data = load_data_config(config.data)
+    if not data.get("train") or not data.get("val"):
+        raise TrainError(f"{config.data} needs both 'train' and 'val' splits for training")
+    names = data["names"]
+    if config.single_cls:
+        return data, 1, ["item"] if len(names) != 1 else names
+    return data, int(data["nc"]), names

@@ -20,9 +20,7 @@ from torch.optim import lr_scheduler
 
 from models.checkpoint import checkpoint_dict, fp16_state_dict, load_model
 from utils.data.augment import check_img_size, letterbox
-from utils.data.config import load_data_config
 from utils.data.dataset import LoadImagesAndLabels
-from utils.errors import TrainError
 from utils.eval.validate import ValidationOptions, ValidationResult, evaluate
 from utils.log import LOGGER
 from utils.torch_utils import ModelEMA, de_parallel, init_seeds, retain_freed_memory
@@ -54,6 +52,7 @@ from utils.train.setup import (
     load_resume_state,
     lr_lambda,
     smart_optimizer,
+    training_data,
 )
 from utils.train.step import (
     NBS,
@@ -346,14 +345,8 @@ class Trainer:
 
     def _setup_data_config(self) -> None:
         """The data YAML, the class count and names (--single-cls makes one class)."""
-        config = self.config
         with distributed_zero_first(LOCAL_RANK):
-            self.data = load_data_config(config.data)
-        if not self.data.get("train") or not self.data.get("val"):
-            raise TrainError(f"{config.data} needs both 'train' and 'val' splits for training")
-        names = self.data["names"]
-        self.nc = 1 if config.single_cls else int(self.data["nc"])
-        self.names = (["item"] if len(names) != 1 else names) if config.single_cls else names
+            self.data, self.nc, self.names = training_data(self.config)
 
     def _setup_model(self) -> nn.Module:
         """The model (from --cfg, --weights or the resumed run), its frozen layers, the image size its strides allow,
