@@ -208,10 +208,10 @@ def test_malformed_csv_is_a_one_line_error(tmp_path, shapes_yaml, text, message,
 
 
 def test_distributed_and_resume_are_refused(tmp_path, shapes_yaml, monkeypatch, log):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    assert train.main(_opt("--data", shapes_yaml, "--project", tmp_path)) == 1
+    with monkeypatch.context() as patched:  # as under torchrun with 2 processes (the rank is read once, at import)
+        patched.setattr(evolve, "WORLD_SIZE", 2)
+        assert train.main(_opt("--data", shapes_yaml, "--project", tmp_path)) == 1
     assert "ERROR: --evolve is not supported with distributed training" in log.text
-    monkeypatch.delenv("WORLD_SIZE")
     opt = _opt("--data", shapes_yaml, "--project", tmp_path, "--resume")
     with pytest.raises(TrainError, match="--exist-ok, which continues from that folder's evolve.csv"):
         evolve.evolve(train.run_config(opt)[0])

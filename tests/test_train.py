@@ -13,7 +13,7 @@ import train
 from models.checkpoint import load_model
 from models.yolo import Model
 from utils.torch_utils import cpu_supports_bf16
-from utils.train import callbacks, trainer
+from utils.train import callbacks, checkpoints
 from utils.train import setup as train_setup
 from utils.train import step as train_step
 from utils.train.callbacks import Callback
@@ -61,7 +61,7 @@ def test_final_checkpoints_are_fp16_weights_only(finished_run):
     for name in ("last.pt", "best.pt"):
         file = finished_run / "weights" / name
         ckpt = torch.load(file, map_location="cpu", weights_only=True)
-        assert not set(trainer.RESUME_KEYS) & set(ckpt), "resume-only entries must be stripped"
+        assert not set(checkpoints.RESUME_KEYS) & set(ckpt), "resume-only entries must be stripped"
         floats = [v for v in ckpt["model"].values() if v.is_floating_point()]
         assert floats and all(v.dtype == torch.float16 for v in floats)
         fp32_bytes = sum(v.numel() * 4 for v in floats)

@@ -11,6 +11,7 @@ import train
 from models.checkpoint import fp16_state_dict
 from models.yolo import Model
 from utils.data.shapes import generate_shapes, write_data_yaml
+from utils.files import REPO_ROOT
 from utils.train import setup as train_setup
 from utils.train.callbacks import Callback
 
@@ -142,7 +143,7 @@ def test_valid_flag_edges_are_accepted():
 
 
 def _cfg(tmp_path, old: str, new: str):
-    text = (train.ROOT / "models" / "yolov5n.yaml").read_text()
+    text = (REPO_ROOT / "models" / "yolov5n.yaml").read_text()
     assert old in text
     file = tmp_path / "model.yaml"
     file.write_text(text.replace(old, new, 1))

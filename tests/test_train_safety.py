@@ -15,6 +15,7 @@ import yaml
 
 import train
 from utils.errors import TrainError
+from utils.train import checkpoints, run_folder
 from utils.train import trainer as trainer_module
 from utils.train.callbacks import Callback
 
@@ -140,11 +141,11 @@ def test_resume_in_its_own_run_folder_continues_there(interrupted_run, tmp_path,
 
 
 def test_new_run_folder_reserves_the_folder(tmp_path):
-    first = trainer_module.new_run_folder(tmp_path, "exp", False)
-    second = trainer_module.new_run_folder(tmp_path, "exp", False)
+    first = run_folder.new_run_folder(tmp_path, "exp", False)
+    second = run_folder.new_run_folder(tmp_path, "exp", False)
     assert (first, second) == (str(tmp_path / "exp"), str(tmp_path / "exp2"))
     assert (tmp_path / "exp" / MARKER).is_file() and (tmp_path / "exp2" / MARKER).is_file()
-    assert trainer_module.new_run_folder(tmp_path, "exp", True) == first  # --exist-ok: a folder a run made
+    assert run_folder.new_run_folder(tmp_path, "exp", True) == first  # --exist-ok: a folder a run made
 
 
 def test_runs_reserving_together_get_distinct_folders(tmp_path):
@@ -152,7 +153,7 @@ def test_runs_reserving_together_get_distinct_folders(tmp_path):
 
     def reserve():
         start.wait()  # all at once
-        folders.append(trainer_module.new_run_folder(tmp_path, "exp", False))
+        folders.append(run_folder.new_run_folder(tmp_path, "exp", False))
 
     threads = [threading.Thread(target=reserve) for _ in range(n)]
     for t in threads:
@@ -245,7 +246,7 @@ def test_bare_resume_passes_over_newer_finished_runs(interrupted_run, tmp_path, 
 
     shutil.copytree(interrupted_run, tmp_path / "exp")
     shutil.copytree(interrupted_run, tmp_path / "exp2")  # newer, and finished
-    trainer_module.strip_optimizer(tmp_path / "exp2" / "weights" / "last.pt")
+    checkpoints.strip_optimizer(tmp_path / "exp2" / "weights" / "last.pt")
     found = find_resume_checkpoint(True, tmp_path)
     found = found[0] if isinstance(found, tuple) else found
     assert found == tmp_path / "exp" / "weights" / "last.pt"
@@ -266,7 +267,7 @@ def test_bare_resume_says_the_newest_run_saved_nothing(interrupted_run, tmp_path
 
 def test_bare_resume_with_only_finished_runs_says_so(interrupted_run, tmp_path):
     shutil.copytree(interrupted_run, tmp_path / "exp")
-    trainer_module.strip_optimizer(tmp_path / "exp" / "weights" / "last.pt")
+    checkpoints.strip_optimizer(tmp_path / "exp" / "weights" / "last.pt")
     with pytest.raises(TrainError, match=r"can be resumed \(1 of finished runs\), nothing to resume"):
         train.setup_run(train.parse_opt(["--resume", "--project", str(tmp_path)]))
 
