@@ -14,10 +14,11 @@ from pathlib import Path
 
 from models import load_detector
 from utils.cli import Parser, run_cli
+from utils.errors import DetectError
+from utils.infer.outputs import OutputOptions, Outputs, make_save_dir
+from utils.infer.predict import LIMITS, DetectRun, PredictOptions, Predictor, check_options
+from utils.infer.sources import check_source
 from utils.log import LOGGER
-from utils.outputs import OutputOptions, Outputs, make_save_dir
-from utils.predict import LIMITS, DetectError, DetectRun, PredictOptions, Predictor, check_options
-from utils.sources import check_source
 from utils.torch_utils import select_device
 
 SWITCHES = {  # store_true flags: the output switches and NMS modes

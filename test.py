@@ -7,8 +7,8 @@ Usage (the flags of YOLOv5's test.py / val.py):
     python test.py --data coco128.yaml --weights a.pt b.pt --augment       # ensemble, test-time augmentation
     python test.py --ann-json instances_val2017.json --pred-json predictions.json   # score a results file
 
-The numbers are the COCO protocol's (AP at IoU 0.50:0.95, 0.50, ...), computed in memory by utils/validate.py
-(evaluate), with the weights loaded and the loader built by utils/validate_weights.py;
+The numbers are the COCO protocol's (AP at IoU 0.50:0.95, 0.50, ...), computed in memory by utils/eval/validate.py
+(evaluate), with the weights loaded and the loader built by utils/eval/validate_weights.py;
 P and R are YOLOv5's, at the confidence of maximal mean F1.
 """
 
@@ -16,7 +16,8 @@ import argparse
 import sys
 
 from utils.cli import Parser, float_in, int_in, run_cli
-from utils.validate_weights import TASKS, TestError, run, score_files
+from utils.errors import TestError
+from utils.eval.validate_weights import TASKS, run, score_files
 
 __all__ = ["main", "parse_opt", "run", "score_files"]
 

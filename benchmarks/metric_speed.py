@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from utils.metrics import CocoEvaluator  # noqa: E402
+from utils.eval.evaluator import CocoEvaluator  # noqa: E402
 
 
 def synthetic_coco(

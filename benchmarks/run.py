@@ -133,7 +133,7 @@ def _coco128_yaml(root: Path, tmp: Path) -> Path:
     ann = root / "annotations" / "instances_train2017.json"
     lines = [f"path: {root}", "train: images/train2017", "val: images/train2017"]
     lines += [f"ann_json: {ann}"] if ann.is_file() else []
-    names = json.dumps(__import__("utils.metrics", fromlist=["COCO80_NAMES"]).COCO80_NAMES)
+    names = json.dumps(__import__("utils.eval.coco_io", fromlist=["COCO80_NAMES"]).COCO80_NAMES)
     (tmp / "coco128.yaml").write_text("\n".join(lines + ["nc: 80", f"names: {names}"]) + "\n")
     return tmp / "coco128.yaml"
 
@@ -210,11 +210,11 @@ def bench_train_epoch(data: Path, weights: Path, device: str, tmp: Path) -> dict
 def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp_dtype: torch.dtype | None = None):
     """train.py's model layout, optimizer groups, loss gains, EMA and GradScaler for the real training step."""
     from models.yolo import Model
-    from utils.datasets import load_hyp
-    from utils.loss import ComputeLoss
+    from utils.data.config import load_hyp
     from utils.torch_utils import ModelEMA
-    from utils.train_setup import smart_optimizer
-    from utils.train_step import TrainingParts, loss_gains
+    from utils.train.loss import ComputeLoss
+    from utils.train.setup import smart_optimizer
+    from utils.train.step import TrainingParts, loss_gains
 
     model = Model(cfg, nc=nc).to(dev).train()
     if dev.type == "cpu":  # as the Trainer: oneDNN trains convolutions faster in NHWC
@@ -247,7 +247,7 @@ def _step_gflop(parts, images: torch.Tensor, targets: torch.Tensor) -> float:
     """FLOPs of one training step (forward and backward; the optimizer and EMA add too few to count), in GFLOP."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from utils.train_step import train_step
+    from utils.train.step import train_step
 
     with FlopCounterMode(display=False) as counter:
         train_step(parts, images, targets, update=True)
@@ -257,11 +257,12 @@ def _step_gflop(parts, images: torch.Tensor, targets: torch.Tensor) -> float:
 def bench_train_steps(
     data: Path, device: str, imgsz: int, batch: int, steps: int, cfg: str = "yolov5n.yaml", bf16: bool = False
 ) -> dict:
-    """train.py's training step (utils.train_step: forward, loss, backward, clipping, SGD, EMA) per second on real
+    """train.py's training step (utils.train.step: forward, loss, backward, clipping, SGD, EMA) per second on real
     augmented batches, the loader alone, and the compute floor: the step's FLOPs at the GFLOP/s of a large float32
     matrix product measured in the same run."""
-    from utils.datasets import create_dataloader, load_data_config
-    from utils.train_step import train_step
+    from utils.data.config import load_data_config
+    from utils.data.loader import create_dataloader
+    from utils.train.step import train_step
 
     dev = select_device(device)
     cfg_data = load_data_config(data)
@@ -326,7 +327,7 @@ def _cuda_median_seconds(step, device: torch.device, steps: int, warmup: int = 3
 def bench_cuda(device: str, steps: int) -> dict:
     """yolov5s at 640: AMP vs float32 training (batch 64) and FP16 vs float32 inference (batch 32)."""
     from models.yolo import Model
-    from utils.train_step import train_step
+    from utils.train.step import train_step
 
     dev = select_device(device)
     out = {"gpu": torch.cuda.get_device_name(dev)}

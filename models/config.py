@@ -30,6 +30,7 @@ from models.common import C3, SPPF, Bottleneck, Concat, Conv, bottleneck_cost, c
 from models.head import AnchorFreeDetect, Detect, anchor_free_cost
 from utils.errors import ModelConfigError
 from utils.files import resolve_bare_name
+from utils.log import one_line
 from utils.safe_yaml import read_yaml
 
 CFG_DIR = Path(__file__).resolve().parent
@@ -389,8 +390,7 @@ def model_cost(plans: list[LayerPlan], ch: int = 3, size: int = PROBE_SIZE) -> t
             p, m, e, out = _layer_cost(plan, sizes)
         except (TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError) as e:
             raise ModelConfigError(
-                f"layer {plan.i} ({plan.name}) cannot be built from args {_short.repr(plan.args)}: "
-                f"{' '.join(str(e).split())}"
+                f"layer {plan.i} ({plan.name}) cannot be built from args {_short.repr(plan.args)}: {one_line(e)}"
             ) from None
         params, macs, elements = params + p, macs + m, elements + e
         outputs.append(out)

@@ -1,7 +1,7 @@
 """The Python API: Detector(weights)(images) -> one Results per image, through detect.py's own Predictor.
 
 load_detector() is the one place weights become an inference model (download, ensemble, test-time augmentation,
-precision policy); detect.py and the Detector both call it, and both run utils.predict.Predictor.predict, so the
+precision policy); detect.py and the Detector both call it, and both run utils.infer.predict.Predictor.predict, so the
 boxes of the two cannot drift apart. Inputs are processed one by one (each letterboxed to its own shape, as
 detect.py does), not stacked into one batch.
 """
@@ -23,9 +23,9 @@ from models.tta import TTAModel
 from utils.downloads import attempt_download_weights, cached_download, is_url
 from utils.errors import DetectorError
 from utils.images import read_image_checked, to_bgr_uint8
+from utils.infer.predict import Precision, PredictOptions, Predictor, check_options
+from utils.infer.sources import not_regular, prepare, too_thin
 from utils.log import LOGGER
-from utils.predict import Precision, PredictOptions, Predictor, check_options
-from utils.sources import not_regular, prepare, too_thin
 from utils.torch_utils import prepare_for_inference, select_device
 
 Weights = str | Path | list[str | Path] | tuple[str | Path, ...] | nn.Module

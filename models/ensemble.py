@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models.checkpoint import CheckpointError, load_model
+from models.checkpoint import load_model
 from models.head import set_end2end
+from utils.errors import CheckpointError
 
 
 class Ensemble(nn.Module):

@@ -21,7 +21,7 @@ OPENVINO_FOLDER = "_openvino_model"
 # Bounds on what an export's metadata may hold, checked before it is decoded; real values are far below them.
 MAX_METADATA_BYTES = 4 << 20  # all metadata of one export; 1203 LVIS names take ~20 KB of JSON
 MAX_METADATA_KEYS = 64  # ours has 8 keys
-MAX_CLASSES = 100_000  # as utils.datasets allows
+MAX_CLASSES = 100_000  # as utils.data.config allows
 MAX_NAME_CHARS = 256
 STRIDES = {2, 4, 8, 16, 32, 64, 128}  # YOLOv5 uses 8-32 (P5) and 8-64 (P6)
 MAX_IMGSZ, MAX_BATCH = 8192, 1024  # the largest export.py writes

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from utils.errors import DetectError
 from utils.files import is_run_dir, reserve_run_dir
-from utils.outputs import crop_folder, file_ids, write_image, write_refusal
+from utils.infer.outputs import crop_folder, file_ids, write_image, write_refusal
+from utils.infer.predict import detections_text
 from utils.plots import Annotator, colors, save_one_box
-from utils.predict import DetectError, detections_text
 
 
 @dataclass

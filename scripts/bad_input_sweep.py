@@ -64,6 +64,7 @@ if __name__ == "__main__":
 
 from models.checkpoint import checkpoint_dict, load_checkpoint, save_checkpoint  # noqa: E402
 from models.yolo import Model  # noqa: E402
+from utils.log import one_line  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 COCO = SHARED / "datasets" / "coco128"
@@ -708,7 +709,7 @@ def run_case(case: Case, sweep: Sweep, tag: str) -> Outcome:
         try:
             case.setup()
         except Exception as e:  # a fixture of this script failed: the case cannot be judged
-            return Outcome(case, -1, "", [f"setup failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}"])
+            return Outcome(case, -1, "", [f"setup failed: {type(e).__name__}: {one_line(e)[:300]}"])
     roots = [sweep.work, SHARED]
     before = sweep.snapshots.take(roots, sweep.is_output)
     started = [_start(case, sweep, f"{tag}.{i}") for i in range(case.copies)]

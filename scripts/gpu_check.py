@@ -1,6 +1,6 @@
 """GPU check of mixed-precision training: python scripts/gpu_check.py [--steps 300] [--img 320] [--batch 32]
 
-1. Trains yolov5s for --steps steps with train.py's own training step (utils.train_step: warmup, loss gains,
+1. Trains yolov5s for --steps steps with train.py's own training step (utils.train.step: warmup, loss gains,
    FP16 autocast + GradScaler, clipping, EMA) on the synthetic shapes data: every loss must be finite, the loss
    must fall and the scaler's scale must move (a short growth interval makes it grow).
 2. Saves that model, optimizer and scaler as a checkpoint, reloads it with torch.load(weights_only=True): weights
@@ -26,13 +26,14 @@ from torch.optim import lr_scheduler  # noqa: E402
 
 from models.checkpoint import checkpoint_dict, load_model, save_checkpoint  # noqa: E402
 from models.yolo import Model  # noqa: E402
-from utils.datasets import create_dataloader, load_data_config, load_hyp  # noqa: E402
-from utils.loss import ComputeLoss  # noqa: E402
-from utils.shapes import generate_shapes, write_data_yaml  # noqa: E402
+from utils.data.config import load_data_config, load_hyp  # noqa: E402
+from utils.data.loader import create_dataloader  # noqa: E402
+from utils.data.shapes import generate_shapes, write_data_yaml  # noqa: E402
+from utils.eval.validate_weights import run as validate_weights  # noqa: E402
 from utils.torch_utils import ModelEMA, cpu_supports_bf16  # noqa: E402
-from utils.train_setup import lr_lambda, smart_optimizer  # noqa: E402
-from utils.train_step import TrainingParts, apply_warmup, loss_gains, train_step, warmup_values  # noqa: E402
-from utils.validate_weights import run as validate_weights  # noqa: E402
+from utils.train.loss import ComputeLoss  # noqa: E402
+from utils.train.setup import lr_lambda, smart_optimizer  # noqa: E402
+from utils.train.step import TrainingParts, apply_warmup, loss_gains, train_step, warmup_values  # noqa: E402
 
 
 class CheckFailed(Exception):

@@ -27,7 +27,7 @@ from bad_input_sweep import COCO, IMAGES, ROOT, WEIGHTS, Case, Sweep, _coco_name
 from PIL import Image
 
 from models.checkpoint import load_checkpoint
-from utils.shapes import generate_shapes, write_data_yaml
+from utils.data.shapes import generate_shapes, write_data_yaml
 
 BUS, ZIDANE = IMAGES / "bus.jpg", IMAGES / "zidane.jpg"
 SMALL = ["--img", "64"]
@@ -181,7 +181,7 @@ def serve_folder(folder: Path) -> tuple[str, Callable]:
 STOP_AFTER_FIRST_EPOCH = """
 import sys
 import train
-from utils.callbacks import Callback
+from utils.train.callbacks import Callback
 
 class StopAfterFirstEpoch(Callback):
     def on_checkpoint_saved(self, trainer, path, result):

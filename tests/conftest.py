@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from models.yolo import Model
+from utils.data.shapes import generate_shapes, write_data_yaml
 from utils.log import LOGGER
-from utils.shapes import generate_shapes, write_data_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -6,7 +6,8 @@ import cv2
 import numpy as np
 import pytest
 
-from utils.augment import (
+from utils.boxes import xywhn2xyxy
+from utils.data.augment import (
     augment_hsv,
     box_candidates,
     mixup,
@@ -15,8 +16,8 @@ from utils.augment import (
     random_perspective,
     warp_targets,
 )
-from utils.boxes import xywhn2xyxy
-from utils.datasets import LoadImagesAndLabels, load_hyp
+from utils.data.config import load_hyp
+from utils.data.dataset import LoadImagesAndLabels
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-import utils.autoanchor as autoanchor
+import utils.train.autoanchor as autoanchor
 from models.yolo import Model
-from utils.autoanchor import anchor_metrics, check_anchors, kmean_anchors, kmeans
+from utils.train.autoanchor import anchor_metrics, check_anchors, kmean_anchors, kmeans
 
 DEFAULT_ANCHORS_PX = torch.tensor(
     [[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]], dtype=torch.float32

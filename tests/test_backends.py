@@ -13,14 +13,15 @@ import pytest
 import torch
 
 import detect
-from models.backends import BackendError, load_backend
+from models.backends import load_backend
 from models.checkpoint import load_model
 from models.export import ExportOptions, export
 from models.export_metadata import is_backend_path
-from utils.augment import letterbox
 from utils.boxes import non_max_suppression
+from utils.data.augment import letterbox
+from utils.errors import BackendError
+from utils.eval.coco_io import COCO80_NAMES
 from utils.images import read_image_checked
-from utils.metrics import COCO80_NAMES
 from utils.torch_utils import cpu_supports_bf16
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,6 @@ import pytest
 import torch
 import torchvision
 
-from utils.augment import letterbox
 from utils.boxes import (
     non_max_suppression,
     scale_boxes,
@@ -14,6 +13,7 @@ from utils.boxes import (
     xyxy2xywh,
     xyxy2xywhn,
 )
+from utils.data.augment import letterbox
 
 
 def test_conversions_round_trip_tensor_and_numpy():

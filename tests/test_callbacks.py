@@ -1,10 +1,10 @@
-"""utils.callbacks: results.csv rows from EpochResult, resume truncation, the hook dispatch and the defaults."""
+"""utils.train.callbacks: results.csv rows from EpochResult, resume truncation, the hook dispatch and the defaults."""
 
 import csv
 from pathlib import Path
 from types import SimpleNamespace
 
-from utils.callbacks import (
+from utils.train.callbacks import (
     RESULT_COLUMNS,
     Callback,
     Callbacks,

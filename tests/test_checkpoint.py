@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from models import load_model
-from models.checkpoint import CheckpointError, checkpoint_dict, load_checkpoint, save_checkpoint
+from models.checkpoint import checkpoint_dict, load_checkpoint, save_checkpoint
 from models.yolo import Model
+from utils.errors import CheckpointError
 
 
 class _RunsShell:

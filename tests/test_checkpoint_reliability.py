@@ -12,8 +12,9 @@ import torch
 
 import detect
 from models import load_model
-from models.checkpoint import CheckpointError, checkpoint_dict, load_checkpoint, save_checkpoint
+from models.checkpoint import checkpoint_dict, load_checkpoint, save_checkpoint
 from models.yolo import Model
+from utils.errors import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package

@@ -24,12 +24,12 @@ import yaml
 import detect
 import train
 from models import checkpoint, load_model, safe_pickle
-from models.checkpoint import CheckpointError, checkpoint_dict, load_checkpoint, save_checkpoint
+from models.checkpoint import checkpoint_dict, load_checkpoint, save_checkpoint
 from models.config import load_cfg
 from models.yolo import Model, count_parameters
 from utils import downloads
 from utils.cli import run_cli
-from utils.errors import YoloError
+from utils.errors import CheckpointError, YoloError
 
 MARKER = "__MARK__"
 MARKER_PICKLED = b"X" + struct.pack("<I", len(MARKER)) + MARKER.encode()  # how protocol 2 writes the string

@@ -18,8 +18,10 @@ import yaml
 from PIL import Image, ImageOps
 from test_datasets import grey, make_dataset
 
-from utils import datasets
-from utils.datasets import DatasetError, LoadImagesAndLabels, load_data_config, load_hyp
+from utils.data import config
+from utils.data.config import load_data_config, load_hyp
+from utils.data.dataset import LoadImagesAndLabels
+from utils.errors import DatasetError
 from utils.images import read_image, read_image_checked
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,10 +75,10 @@ def run_bounded(imports: str, code: str, timeout: float = 60) -> subprocess.Comp
 @pytest.fixture
 def small_generator(monkeypatch):
     """generate_shapes as load_data_config calls it (root only), making a tiny set; the calls are recorded."""
-    import utils.shapes
+    import utils.data.shapes
 
-    real, calls = utils.shapes.generate_shapes, []
-    monkeypatch.setattr(utils.shapes, "generate_shapes", lambda root: calls.append(root) or real(root, 4, 2, 64))
+    real, calls = utils.data.shapes.generate_shapes, []
+    monkeypatch.setattr(utils.data.shapes, "generate_shapes", lambda root: calls.append(root) or real(root, 4, 2, 64))
     return calls
 
 
@@ -108,17 +110,17 @@ def test_generate_into_absent_or_empty_root_only(tmp_path, small_generator):
 
 
 def test_shapes_command_refuses_a_non_empty_folder(tmp_path, monkeypatch, log):
-    """python -m utils.shapes --root <a folder of photos>: one ERROR line, exit 1, the photos untouched."""
-    import utils.shapes
+    """python -m utils.data.shapes --root <a folder of photos>: one ERROR line, exit 1, the photos untouched."""
+    import utils.data.shapes
     from utils.cli import run_cli
 
     root = tmp_path / "photos"
     (root / "images" / "train").mkdir(parents=True)
     (root / "images" / "train" / "holiday.jpg").write_bytes(b"my photo")
     before = tree_hashes(root)
-    argv = ["utils.shapes", "--root", str(root), "--n-train", "2", "--n-val", "2", "--img", "64"]
+    argv = ["utils.data.shapes", "--root", str(root), "--n-train", "2", "--n-val", "2", "--img", "64"]
     monkeypatch.setattr(sys, "argv", argv)
-    assert run_cli(utils.shapes.main) == 1
+    assert run_cli(utils.data.shapes.main) == 1
     (error,) = [r.getMessage() for r in log.records if r.levelno >= logging.ERROR]
     assert error.startswith("ERROR:") and str(root) in error and "\n" not in error
     assert tree_hashes(root) == before
@@ -140,7 +142,7 @@ def test_data_yaml_alias_bomb_is_one_line_within_bounds(tmp_path):
     bomb.write_text("train: x\n" + billion_laughs() + "names: *i\n")  # str() of each name expands 9**9 leaves
     assert len(bomb.read_bytes()) < 800
     out = run_bounded(
-        "from utils.datasets import DatasetError, load_data_config\n",
+        "from utils.data.config import DatasetError, load_data_config\n",
         f"""
         before = peak_kb()
         try:
@@ -183,7 +185,7 @@ def test_names_must_be_a_flat_list_of_names(tmp_path, names, message):
 def test_too_many_names_without_nc():
     # what load_data_config does with the names of a YAML without 'nc' (a 100001-name YAML takes seconds to parse)
     with pytest.raises(DatasetError, match="more than 100000 classes"):
-        datasets._names_list(["c"] * 100_001, None, Path("d.yaml"))
+        config._names_list(["c"] * 100_001, None, Path("d.yaml"))
 
 
 def test_label_file_over_10_mb_is_skipped_before_reading(tmp_path, log):
@@ -275,7 +277,7 @@ def test_png_bomb_is_refused_from_its_header(tmp_path):
 
 def test_missing_data_path_is_not_swapped_for_data_folder_file(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(datasets, "download_dataset", lambda *a: calls.append(a))
+    monkeypatch.setattr(config, "download_dataset", lambda *a: calls.append(a))
     for given in (tmp_path / "nowhere" / "coco128.yaml", tmp_path / "coco128"):
         with pytest.raises(DatasetError, match="not found") as e:
             load_data_config(given)
@@ -411,7 +413,7 @@ def test_fifo_and_device_in_a_folder_or_list_are_skipped(tmp_path):
     listing = tmp_path / "list.txt"
     listing.write_text(f"{images / 'a.jpg'}\n{images / 'pipe.jpg'}\nimages/train/zero.jpg\n/dev/zero\n")
     out = run_bounded(
-        "from utils.datasets import LoadImagesAndLabels\n",
+        "from utils.data.dataset import LoadImagesAndLabels\n",
         f"""
         for source in ({str(images)!r}, {str(listing)!r}):
             ds = LoadImagesAndLabels(source, img_size=64)

@@ -10,16 +10,13 @@ import pytest
 import torch
 import yaml
 
-from utils import datasets
 from utils.boxes import scale_boxes, xywhn2xyxy
-from utils.datasets import (
-    HYP_KEYS,
-    DatasetError,
-    LoadImagesAndLabels,
-    create_dataloader,
-    load_data_config,
-    load_hyp,
-)
+from utils.data import config, dataset, download
+from utils.data.config import HYP_KEYS, load_data_config, load_hyp
+from utils.data.dataset import LoadImagesAndLabels
+from utils.data.loader import create_dataloader
+from utils.errors import DatasetError
+from utils.files import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder
 
@@ -195,13 +192,13 @@ def test_cache_reused_and_rebuilt_when_labels_change(tmp_path, log, monkeypatch)
     def fail(*args):
         raise AssertionError("verified again although the cache is valid")
 
-    verify = datasets.verify_image_label
+    verify = dataset.verify_image_label
 
-    monkeypatch.setattr(datasets, "verify_image_label", fail)
+    monkeypatch.setattr(dataset, "verify_image_label", fail)
     log.clear()
     ds = LoadImagesAndLabels(images, img_size=64, nc=2)
     assert "New cache created" not in log.text and [len(x) for x in ds.labels] == [1, 1]
-    monkeypatch.setattr(datasets, "verify_image_label", verify)
+    monkeypatch.setattr(dataset, "verify_image_label", verify)
 
     label = tmp_path / "labels" / "train" / "b.txt"
     label.write_text("1 0.5 0.5 0.4 0.4\n0 0.1 0.1 0.1 0.1\n")
@@ -395,24 +392,24 @@ def test_data_yaml_errors_are_one_line(tmp_path):
 
 def test_coco128_yaml_resolves_beside_repo_and_downloads(monkeypatch):
     calls = []
-    monkeypatch.setattr(datasets, "download_dataset", lambda spec, root, missing: calls.append((spec, root)))
-    if (datasets.ROOT.parent / "datasets" / "coco128" / "images" / "train2017").exists():
+    monkeypatch.setattr(config, "download_dataset", lambda spec, root, missing: calls.append((spec, root)))
+    if (REPO_ROOT.parent / "datasets" / "coco128" / "images" / "train2017").exists():
         pytest.skip("../datasets/coco128 exists here, so nothing would be downloaded")
     with pytest.raises(DatasetError, match="still incomplete"):
         load_data_config("coco128.yaml")  # a bare name resolves to data/
     ((spec, root),) = calls
     assert spec == "https://github.com/ultralytics/assets/releases/download/v0.0.0/coco128.zip"
-    assert root == (datasets.ROOT.parent / "datasets" / "coco128").resolve()
-    data = yaml.safe_load((datasets.ROOT / "data" / "coco128.yaml").read_text())
+    assert root == (REPO_ROOT.parent / "datasets" / "coco128").resolve()
+    data = yaml.safe_load((REPO_ROOT / "data" / "coco128.yaml").read_text())
     assert data["nc"] == 80 and len(data["names"]) == 80 and data["names"][0] == "person"
 
 
 def test_generate_shapes_on_first_use(tmp_path, monkeypatch):
-    data = yaml.safe_load((datasets.ROOT / "data" / "shapes.yaml").read_text())
+    data = yaml.safe_load((REPO_ROOT / "data" / "shapes.yaml").read_text())
     data["path"] = str(tmp_path / "shapes")
     calls = []
-    real = __import__("utils.shapes", fromlist=["generate_shapes"]).generate_shapes
-    monkeypatch.setattr("utils.shapes.generate_shapes", lambda root: calls.append(root) or real(root, 8, 4))
+    real = __import__("utils.data.shapes", fromlist=["generate_shapes"]).generate_shapes
+    monkeypatch.setattr("utils.data.shapes.generate_shapes", lambda root: calls.append(root) or real(root, 8, 4))
     cfg = load_data_config(write_yaml(tmp_path / "shapes.yaml", data))
     assert len(calls) == 1 and cfg["nc"] == 5 and len(list(Path(cfg["val"]).glob("*.jpg"))) == 4
     load_data_config(tmp_path / "shapes.yaml")
@@ -431,7 +428,7 @@ def test_hyp_files():
     )
     assert (finetune["lr0"], finetune["anchor_t"], finetune["mixup"]) == (0.0032, 2.91, 0.243)
     for name in ("hyp.scratch.yaml", "hyp.finetune.yaml"):  # every key is documented
-        lines = [ln for ln in (datasets.ROOT / "data" / name).read_text().splitlines() if ln and ln[0].isalpha()]
+        lines = [ln for ln in (REPO_ROOT / "data" / name).read_text().splitlines() if ln and ln[0].isalpha()]
         assert len(lines) == len(HYP_KEYS) and all("  # " in ln for ln in lines)
 
 
@@ -478,5 +475,5 @@ def test_coco128_from_shared(shared, cache_dir, log):
 def test_download_bash_command_is_not_run(tmp_path):
     target = tmp_path / "made"
     with pytest.raises(DatasetError, match="never run: read it and run it yourself") as e:
-        datasets.download_dataset(f"bash -c 'mkdir -p {target}'", tmp_path / "ds")
+        download.download_dataset(f"bash -c 'mkdir -p {target}'", tmp_path / "ds")
     assert not target.exists() and f"mkdir -p {target}" in str(e.value)

@@ -18,8 +18,12 @@ import yaml
 from test_datasets import grey, make_dataset
 
 import test as test_cli
-from utils import datasets
-from utils.datasets import DatasetError, LoadImagesAndLabels, create_dataloader, load_data_config, load_hyp
+from utils.data import download
+from utils.data.config import load_data_config, load_hyp
+from utils.data.dataset import LoadImagesAndLabels
+from utils.data.loader import create_dataloader
+from utils.errors import DatasetError
+from utils.files import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder
 
@@ -120,7 +124,7 @@ def test_unsafe_tar_members_refused(tmp_path, bad, reason):
     dest = tmp_path / "out"
     dest.mkdir()
     with pytest.raises(DatasetError, match=reason):
-        datasets.untar(archive, dest)
+        download.untar(archive, dest)
     assert not list(dest.iterdir()) and not (tmp_path / "evil.txt").exists()  # refused before extracting anything
 
 
@@ -132,11 +136,11 @@ def test_unsafe_zip_members_refused(tmp_path):
         link.external_attr = 0o120777 << 16  # a symbolic link (S_IFLNK)
         zf.writestr(link, "/etc/passwd")
     with pytest.raises(DatasetError, match="is a link"):
-        datasets.unzip(archive, tmp_path / "out")
+        download.unzip(archive, tmp_path / "out")
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("../evil.txt", "x")
     with pytest.raises(DatasetError, match="outside"):
-        datasets.unzip(archive, tmp_path / "out")
+        download.unzip(archive, tmp_path / "out")
     assert not (tmp_path / "evil.txt").exists()
 
 
@@ -159,7 +163,7 @@ def test_archive_url_downloaded_and_extracted_beside_root(tmp_path, monkeypatch,
         Path(file).write_bytes(archive.read_bytes())
         return Path(file)
 
-    monkeypatch.setattr(datasets, "safe_download", fake_download)
+    monkeypatch.setattr(download, "safe_download", fake_download)
     root = tmp_path / "datasets" / "ds"
     cfg = load_data_config(
         write_yaml(
@@ -322,7 +326,7 @@ def test_coco128_ap_matches_official_predictions(shared, tmp_path):
     """test.py on coco128 (batch 16, 640) scores what the official predictions score, and mostly the same boxes."""
     root = shared / "datasets" / "coco128"
     ann_json = root / "annotations" / "instances_train2017.json"
-    names = yaml.safe_load((datasets.ROOT / "data" / "coco128.yaml").read_text())["names"]
+    names = yaml.safe_load((REPO_ROOT / "data" / "coco128.yaml").read_text())["names"]
     data = write_yaml(
         tmp_path / "coco128.yaml",
         {

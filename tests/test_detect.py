@@ -12,8 +12,8 @@ import torch
 
 import detect
 from utils.files import RUN_MARKER
+from utils.infer.predict import inference_size
 from utils.plots import Annotator, colors, plot_images, save_one_box
-from utils.predict import inference_size
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

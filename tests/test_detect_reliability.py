@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import detect
+from utils.errors import SourceError
 from utils.files import RUN_MARKER
-from utils.predict import DetectRun, ImageResult
-from utils.sources import SourceError, check_source
+from utils.infer.predict import DetectRun, ImageResult
+from utils.infer.sources import check_source
 
 ROOT = Path(__file__).resolve().parents[1]
 

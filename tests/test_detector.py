@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 import detect
-from models import Detector, DetectorError, Results, load_detector
-from utils.errors import YoloError
+from models import Detector, Results, load_detector
+from utils.errors import DetectorError, YoloError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -7,10 +7,11 @@ import torch
 from torch import nn
 
 from models import Model
-from models.checkpoint import CheckpointError, checkpoint_dict, save_checkpoint
+from models.checkpoint import checkpoint_dict, save_checkpoint
 from models.ensemble import Ensemble, load_models
-from utils.augment import letterbox
 from utils.boxes import non_max_suppression
+from utils.data.augment import letterbox
+from utils.errors import CheckpointError
 
 
 def bus_tensor(shared, size: int = 320) -> torch.Tensor:

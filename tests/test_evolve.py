@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 import train
-from utils import charts, evolve
-from utils.callbacks import Callback
-from utils.datasets import load_hyp
-from utils.evolve import MUTATIONS, EvolveError, Generation
-from utils.metrics import fitness
-from utils.shapes import generate_shapes, write_data_yaml
-from utils.train_setup import TrainError
+from utils.data.config import load_hyp
+from utils.data.shapes import generate_shapes, write_data_yaml
+from utils.errors import EvolveError, TrainError
+from utils.eval import charts
+from utils.eval.metrics import fitness
+from utils.train import evolve
+from utils.train.callbacks import Callback
+from utils.train.evolve import MUTATIONS, Generation
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = load_hyp(ROOT / "data" / "hyp.scratch.yaml")
@@ -34,6 +35,11 @@ def shapes_yaml(tmp_path_factory):
 
 def _opt(*args, generations: int = 3):
     return train.parse_opt([str(a) for a in [*FAST, *args, "--evolve", generations]])
+
+
+def _config(*args, generations: int = 3):
+    """The TrainConfig train.py builds for these flags (evolve() takes a config)."""
+    return train.run_config(_opt(*args, generations=generations))[0]
 
 
 class Recorder(Callback):
@@ -194,7 +200,7 @@ def test_malformed_csv_is_a_one_line_error(tmp_path, shapes_yaml, text, message,
     assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0]
     assert sorted(p.name for p in folder.iterdir()) == [".yolo-run", "evolve.csv"]  # refused before any training
     with pytest.raises(EvolveError, match=message):
-        evolve.evolve(_opt("--data", shapes_yaml, "--project", tmp_path, "--exist-ok"))
+        evolve.evolve(_config("--data", shapes_yaml, "--project", tmp_path, "--exist-ok"))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -202,13 +208,13 @@ def test_malformed_csv_is_a_one_line_error(tmp_path, shapes_yaml, text, message,
 
 
 def test_distributed_and_resume_are_refused(tmp_path, shapes_yaml, monkeypatch, log):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    assert train.main(_opt("--data", shapes_yaml, "--project", tmp_path)) == 1
+    with monkeypatch.context() as patched:  # as under torchrun with 2 processes (the rank is read once, at import)
+        patched.setattr(evolve, "WORLD_SIZE", 2)
+        assert train.main(_opt("--data", shapes_yaml, "--project", tmp_path)) == 1
     assert "ERROR: --evolve is not supported with distributed training" in log.text
-    monkeypatch.delenv("WORLD_SIZE")
     opt = _opt("--data", shapes_yaml, "--project", tmp_path, "--resume")
     with pytest.raises(TrainError, match="--exist-ok, which continues from that folder's evolve.csv"):
-        evolve.evolve(opt)
+        evolve.evolve(train.run_config(opt)[0])
     assert not any(tmp_path.iterdir())
 
 
@@ -247,7 +253,7 @@ def test_evolve_three_generations_then_train_with_the_result(shapes_yaml, tmp_pa
     assert yaml.safe_load((tmp_path / "tuned" / "hyp.yaml").read_text()) == best
 
     # The same command on the finished folder has nothing left to train.
-    again = evolve.evolve(_opt("--data", shapes_yaml, "--project", tmp_path, "--exist-ok"), callbacks=[recorder])
+    again = evolve.evolve(_config("--data", shapes_yaml, "--project", tmp_path, "--exist-ok"), callbacks=[recorder])
     assert again.save_dir == save_dir and again.trained == 0 and again.generations == 3 and recorder.starts == 3
     assert again.hyp_file == hyp_file and again.best_hyp == best
     assert "holds 3 of --evolve 3 generations, 0 left" in log.text
@@ -256,7 +262,7 @@ def test_evolve_three_generations_then_train_with_the_result(shapes_yaml, tmp_pa
 def test_interrupted_evolution_continues_from_its_csv(shapes_yaml, tmp_path, monkeypatch, log):
     opt_args = ["--data", shapes_yaml, "--project", tmp_path, "--name", "search"]
     with pytest.raises(KeyboardInterrupt):
-        evolve.evolve(_opt(*opt_args, generations=2), callbacks=[Recorder(interrupt_at=2)])
+        evolve.evolve(_config(*opt_args, generations=2), callbacks=[Recorder(interrupt_at=2)])
     save_dir = tmp_path / "search"
     first = _hyp_rows(save_dir / "evolve.csv")
     assert len(first) == 1 and (save_dir / "hyp_evolve.yaml").is_file()  # the best so far is kept
@@ -266,7 +272,7 @@ def test_interrupted_evolution_continues_from_its_csv(shapes_yaml, tmp_path, mon
 
     monkeypatch.setattr(charts, "plot_evolve", broken_plot)
     recorder = Recorder()
-    result = evolve.evolve(_opt(*opt_args, "--exist-ok", generations=2), callbacks=[recorder])
+    result = evolve.evolve(_config(*opt_args, "--exist-ok", generations=2), callbacks=[recorder])
     assert recorder.starts == 1 and result.trained == 1 and result.generations == 2
     assert "holds 1 of --evolve 2 generations, 1 left" in log.text
     hyps = _hyp_rows(save_dir / "evolve.csv")

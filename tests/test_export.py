@@ -12,9 +12,10 @@ import yaml
 
 import export
 from models.checkpoint import checkpoint_dict, load_model, save_checkpoint
-from models.export import ExportError, ExportOptions
+from models.export import ExportOptions
 from models.export import export as export_weights
 from models.yolo import Model
+from utils.errors import ExportError
 
 NAMES = ["cat", "dog", "bird"]
 CPU = torch.device("cpu")

@@ -27,14 +27,15 @@ import yaml
 
 import detect
 import export
-from models.backends import BackendError, load_backend
+from models.backends import load_backend
 from models.checkpoint import checkpoint_dict, load_model, save_checkpoint
 from models.export import ExportOptions
 from models.export import export as export_weights
 from models.export_metadata import parse_metadata
 from models.yolo import Model
 from utils import downloads
-from utils.shapes import CLASSES
+from utils.data.shapes import CLASSES
+from utils.errors import BackendError
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package
@@ -478,7 +479,7 @@ def weights_dir(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "weights"
     folder.mkdir()
     monkeypatch.setattr(downloads, "WEIGHTS_DIR", folder)
-    for module in ("models.detector", "utils.validate_weights", "models.checkpoint"):  # their own bound names
+    for module in ("models.detector", "utils.eval.validate_weights", "models.checkpoint"):  # their own bound names
         if hasattr(sys.modules.get(module), "attempt_download_weights"):
             resolve = functools.partial(downloads.attempt_download_weights, weights_dir=folder)
             monkeypatch.setattr(f"{module}.attempt_download_weights", resolve)

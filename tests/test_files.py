@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from utils.files import (
-    RUN_MARKER,
-    RunFolderError,
-    increment_path,
-    is_run_dir,
-    reserve_run_dir,
-    resolve_bare_name,
-    same_file,
-)
+from utils.errors import RunFolderError
+from utils.files import RUN_MARKER, increment_path, is_run_dir, reserve_run_dir, resolve_bare_name, same_file
 
 
 def test_reserve_increments_and_marks(tmp_path):

@@ -8,8 +8,11 @@ import cv2
 import numpy as np
 import pytest
 
-from utils.datasets import LoadImagesAndLabels, create_dataloader, load_hyp
-from utils.image_weights import ImageWeightsError, class_weights, image_weights, sample_indices
+from utils.data.config import load_hyp
+from utils.data.dataset import LoadImagesAndLabels
+from utils.data.loader import create_dataloader
+from utils.errors import ImageWeightsError
+from utils.train.image_weights import class_weights, image_weights, sample_indices
 
 pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder
 

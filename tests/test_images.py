@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 from test_sources import _photo, _write
 
-from utils.datasets import LoadImagesAndLabels
+from utils.data.dataset import LoadImagesAndLabels
 from utils.images import (
     IMG_FORMATS,
     VID_FORMATS,

@@ -7,9 +7,9 @@ import torch
 import torchvision
 from torch import nn
 
-import utils.loss as loss_module
+import utils.train.loss as loss_module
 from models.yolo import Model
-from utils.loss import ComputeLoss, FocalLoss, bbox_iou, smooth_bce
+from utils.train.loss import ComputeLoss, FocalLoss, bbox_iou, smooth_bce
 
 HYP = {"box": 0.05, "obj": 1.0, "cls": 0.5, "cls_pw": 1.0, "obj_pw": 1.0, "anchor_t": 4.0, "fl_gamma": 0.0}
 LOG2 = math.log(2)

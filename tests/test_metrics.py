@@ -5,18 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from utils import metrics
-from utils.metrics import (
-    COCO80_NAMES,
-    COCO80_TO_91,
-    CocoEvaluator,
-    ConfusionMatrix,
-    MetricsError,
-    evaluate_coco_json,
-    fitness,
-    load_coco_ground_truth,
-    pycocotools_stats,
-)
+from utils.errors import MetricsError
+from utils.eval import coco_protocol
+from utils.eval.coco_io import COCO80_NAMES, COCO80_TO_91, evaluate_coco_json, load_coco_ground_truth, pycocotools_stats
+from utils.eval.evaluator import CocoEvaluator
+from utils.eval.matching import ConfusionMatrix
+from utils.eval.metrics import fitness
 
 pytest.importorskip("pycocotools")
 
@@ -170,7 +164,7 @@ def test_box_areas_when_no_areas_given():
 def test_public_faster_coco_eval_path_agrees(monkeypatch):
     case = random_case(7, n_images=30)
     fast = fill(case).evaluate()
-    monkeypatch.setattr(metrics, "_fast_core_available", lambda: False)
+    monkeypatch.setattr(coco_protocol, "_fast_core_available", lambda: False)
     slow = fill(case).evaluate()
     np.testing.assert_array_equal(fast.stats, slow.stats)
     np.testing.assert_array_equal(fast.pr_precision, slow.pr_precision)
@@ -213,10 +207,10 @@ def test_public_path_agrees_on_coco128(shared, monkeypatch):
     crowd regions included: the same arrays as the fast path, which calls those entry points directly."""
     gt_path = shared / "datasets/coco128/annotations/instances_train2017.json"
     pred_path = shared / "reference/coco128_yolov5n_640_predictions.json"
-    if not metrics._fast_core_available():
+    if not coco_protocol._fast_core_available():
         pytest.skip("this faster-coco-eval has no C++ entry points for the fast path: only the public one runs")
     fast = evaluate_coco_json(gt_path, pred_path, confusion=True)
-    monkeypatch.setattr(metrics, "_fast_core_available", lambda: False)
+    monkeypatch.setattr(coco_protocol, "_fast_core_available", lambda: False)
     public = evaluate_coco_json(gt_path, pred_path, confusion=True)
     for field in ("stats", "ap", "ap50", "pr_precision", "precision", "recall", "confusion"):
         np.testing.assert_array_equal(getattr(fast, field), getattr(public, field), err_msg=field)
@@ -337,7 +331,7 @@ def test_fitness():
 
 
 def test_charts(tmp_path):
-    from utils.charts import plot_evaluation
+    from utils.eval.charts import plot_evaluation
 
     m = fill(random_case(3, n_images=15)).evaluate(confusion=True)
     files = plot_evaluation(m, tmp_path / "run")

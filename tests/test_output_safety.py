@@ -22,13 +22,15 @@ import torch
 from PIL import Image
 
 import detect
-from models.detector import Detector, DetectorError, to_images
-from utils.metrics import COCO80_NAMES, CocoEvaluator
-from utils.outputs import OutputOptions, Outputs
+from models.detector import Detector, to_images
+from utils.errors import DetectError, DetectorError
+from utils.eval.coco_io import COCO80_NAMES
+from utils.eval.evaluator import CocoEvaluator
+from utils.eval.validate import ValidationResult
+from utils.infer.outputs import OutputOptions, Outputs
+from utils.infer.predict import ImageResult, Prediction, detections_text
+from utils.infer.sources import LoadImages, Source, check_source
 from utils.plots import Annotator
-from utils.predict import DetectError, ImageResult, Prediction, detections_text
-from utils.sources import LoadImages, Source, check_source
-from utils.validate import ValidationResult
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_MARKER = ".yolo-run"  # utils.files.RUN_MARKER, spelled out so this file also runs on commits before it

@@ -1,11 +1,12 @@
-"""utils.outputs: unique output names, crop folders, and each writer on real predictions."""
+"""utils.infer.outputs: unique output names, crop folders, and each writer on real predictions."""
 
 import cv2
 import numpy as np
 import pytest
 
-from utils.outputs import OutputNames, OutputOptions, Outputs, crop_folder, make_save_dir, output_stem
-from utils.predict import DetectError, ImageResult, Prediction
+from utils.errors import DetectError
+from utils.infer.outputs import OutputNames, OutputOptions, Outputs, crop_folder, make_save_dir, output_stem
+from utils.infer.predict import ImageResult, Prediction
 
 
 def test_output_names_unit():

@@ -1,4 +1,4 @@
-"""utils.predict: the Predictor on real weights and images, a stand-in backend, option checks and timing text."""
+"""utils.infer.predict: the Predictor on real weights and images, a stand-in backend, option checks and timing text."""
 
 from pathlib import Path
 
@@ -8,14 +8,8 @@ import pytest
 import torch
 
 from models.detector import load_detector
-from utils.predict import (
-    DetectError,
-    PredictOptions,
-    Predictor,
-    check_options,
-    detections_text,
-    shapes_text,
-)
+from utils.errors import DetectError
+from utils.infer.predict import PredictOptions, Predictor, check_options, detections_text, shapes_text
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 WEIGHTS = SHARED / "weights" / "yolov5n.pt"

@@ -11,8 +11,11 @@ import torch
 
 from models.yolo import Model
 from utils.boxes import xywhn2xyxy
-from utils.datasets import DatasetError, LoadImagesAndLabels, create_dataloader, load_hyp
-from utils.loss import ComputeLoss
+from utils.data.config import load_hyp
+from utils.data.dataset import LoadImagesAndLabels
+from utils.data.loader import create_dataloader
+from utils.errors import DatasetError
+from utils.train.loss import ComputeLoss
 
 pytestmark = pytest.mark.usefixtures("cache_dir")  # label caches in a per-test folder
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from utils.errors import YoloError
-from utils.safe_yaml import MAX_YAML_BYTES, UnsafeYamlError, parse_yaml, read_yaml
+from utils.errors import UnsafeYamlError, YoloError
+from utils.safe_yaml import MAX_YAML_BYTES, parse_yaml, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,8 @@ def test_alias_bomb_peak_memory_stays_small(tmp_path):
     code = textwrap.dedent(f"""
         import resource, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from utils.safe_yaml import read_yaml, UnsafeYamlError
+        from utils.safe_yaml import read_yaml
+        from utils.errors import UnsafeYamlError
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         try:
             read_yaml({str(file)!r})

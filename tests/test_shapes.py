@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import yaml
 
-from utils.datasets import ROOT, LoadImagesAndLabels
-from utils.shapes import CLASSES, COLORS, N_TRAIN, N_VAL, ShapesError, generate_shapes
+from utils.data.dataset import LoadImagesAndLabels
+from utils.data.shapes import CLASSES, COLORS, N_TRAIN, N_VAL, generate_shapes
+from utils.errors import ShapesError
+from utils.files import REPO_ROOT as ROOT
 
 
 def files(root: Path) -> dict[str, bytes]:

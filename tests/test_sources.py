@@ -7,16 +7,9 @@ import cv2
 import numpy as np
 import pytest
 
-from utils.downloads import DownloadError, attempt_download_weights, is_url, safe_download, url_filename
-from utils.sources import (
-    LoadImages,
-    LoadStreams,
-    SourceError,
-    check_source,
-    is_stream,
-    load_sources,
-    prepare,
-)
+from utils.downloads import attempt_download_weights, is_url, safe_download, url_filename
+from utils.errors import DownloadError, SourceError
+from utils.infer.sources import LoadImages, LoadStreams, check_source, is_stream, load_sources, prepare
 
 
 def _photo(h: int = 100, w: int = 200, seed: int = 0) -> np.ndarray:

@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 import train
-from utils import tensorboard_logger
-from utils.callbacks import RESULT_COLUMNS, BatchEnd, EpochResult, TensorBoard
+from utils.data.shapes import generate_shapes, write_data_yaml
 from utils.plots import imwrite
-from utils.shapes import generate_shapes, write_data_yaml
-from utils.tensorboard_logger import TensorBoardRun, open_tensorboard
+from utils.train import tensorboard_logger
+from utils.train.callbacks import RESULT_COLUMNS, BatchEnd, EpochResult, TensorBoard
+from utils.train.tensorboard_logger import TensorBoardRun, open_tensorboard
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from models import Model
 from models.checkpoint import checkpoint_dict, save_checkpoint
-from utils.metrics import COCO80_NAMES
+from utils.eval.coco_io import COCO80_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package

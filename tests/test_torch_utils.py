@@ -8,14 +8,8 @@ import pytest
 import torch
 
 from models.yolo import Model
-from utils.torch_utils import (
-    DeviceError,
-    cpu_supports_bf16,
-    prepare_for_inference,
-    resolve_half,
-    retain_freed_memory,
-    select_device,
-)
+from utils.errors import DeviceError
+from utils.torch_utils import cpu_supports_bf16, prepare_for_inference, resolve_half, retain_freed_memory, select_device
 
 
 def test_select_device():

@@ -1,6 +1,7 @@
 """train.py end to end on a tiny shapes set: outputs, checkpoints, resume, atomic saves, bad input; and its helpers."""
 
 import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -11,9 +12,12 @@ from torch import nn
 import train
 from models.checkpoint import load_model
 from models.yolo import Model
-from utils import callbacks, train_setup, train_step, trainer
-from utils.callbacks import Callback
 from utils.torch_utils import cpu_supports_bf16
+from utils.train import callbacks, checkpoints
+from utils.train import setup as train_setup
+from utils.train import step as train_step
+from utils.train.callbacks import Callback
+from utils.train.config import TrainConfig
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0"]
 
@@ -57,7 +61,7 @@ def test_final_checkpoints_are_fp16_weights_only(finished_run):
     for name in ("last.pt", "best.pt"):
         file = finished_run / "weights" / name
         ckpt = torch.load(file, map_location="cpu", weights_only=True)
-        assert not set(trainer.RESUME_KEYS) & set(ckpt), "resume-only entries must be stripped"
+        assert not set(checkpoints.RESUME_KEYS) & set(ckpt), "resume-only entries must be stripped"
         floats = [v for v in ckpt["model"].values() if v.is_floating_point()]
         assert floats and all(v.dtype == torch.float16 for v in floats)
         fp32_bytes = sum(v.numel() * 4 for v in floats)
@@ -181,14 +185,14 @@ class NanLossOnFirstBatch(Callback):
         self.calls, self.batches = 0, []
 
     def on_train_start(self, trainer):
-        real = trainer.parts.compute_loss
+        real = trainer.parts.train_loss
 
         def nan_first(preds, targets):
             loss, items = real(preds, targets)
             self.calls += 1
             return (loss * float("nan"), items * float("nan")) if self.calls == 1 else (loss, items)
 
-        trainer.parts.compute_loss = nan_first
+        trainer.parts.train_loss = nan_first
 
     def on_batch_end(self, trainer, batch):
         self.batches.append((batch.index, batch.mean_losses))
@@ -277,12 +281,13 @@ def test_truncate_results_drops_epochs_to_redo(tmp_path):
     assert _epochs(file) == [0, 1]
 
 
-def test_plain_args_and_weight_transfer():
-    opt = train.parse_opt(["--img", "320", "--freeze", "10"])
-    opt.save_dir = Path("runs/train/exp")
-    plain = trainer.plain_args(opt)
-    assert plain["imgsz"] == 320 and plain["freeze"] == [10] and plain["amp"] is None
-    assert plain["save_dir"] == "runs/train/exp"
+def test_saved_options_and_weight_transfer():
+    config = TrainConfig.from_namespace(train.parse_opt(["--img", "320", "--freeze", "10"]))
+    plain = config.saved_options(save_dir=Path("runs/train/exp"), batch_size=8)
+    assert plain["imgsz"] == 320 and plain["freeze"] == [10] and plain["amp"] is None and plain["batch_size"] == 8
+    assert plain["save_dir"] == "runs/train/exp" and plain["hyp"] == config.hyp and plain["hyp"]["lr0"] == 0.01
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.batch_size = 4  # the Trainer keeps what it resolves as its own state
     src = {"a": torch.zeros(2), "b": torch.zeros(3), "anchors": torch.zeros(1)}
     dst = {"a": torch.ones(2), "b": torch.ones(4), "anchors": torch.ones(1)}
     assert list(train_setup.intersect_state_dicts(src, dst)) == ["a", "anchors"]

@@ -8,9 +8,10 @@ import yaml
 
 import train
 from models.yolo import Model
-from utils import train_options
-from utils.autobatch import DEFAULT_BATCH, autobatch, fit_batch_size
-from utils.train_setup import TrainError, freeze_layers
+from utils.errors import TrainError
+from utils.train import options as train_options
+from utils.train.autobatch import DEFAULT_BATCH, autobatch, fit_batch_size
+from utils.train.setup import freeze_layers
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots"]
 
@@ -53,15 +54,15 @@ def test_batch_size_minus_one_trains_on_the_cpu(shapes_yaml, tmp_path, log):
 def test_default_hyp_is_scratch_whatever_the_starting_point(weights, tmp_path):
     # As YOLOv5 HEAD: hyp.finetune.yaml (VOC-evolved) cost a third of the mAP as the default from weights.
     opt = train.parse_opt(["--weights", weights, "--cfg", "yolov5n.yaml", "--project", str(tmp_path)])
-    hyp, opt, _, _ = train.setup_run(opt)
-    assert opt.hyp.endswith("hyp.scratch.yaml") and opt.hyp_file == opt.hyp
-    assert hyp["lr0"] == 0.01
+    config, _, _ = train.setup_run(opt)
+    assert config.hyp_file.endswith("hyp.scratch.yaml")
+    assert config.hyp["lr0"] == 0.01
 
 
 def test_explicit_hyp_is_kept(tmp_path):
     opt = train.parse_opt(["--weights", "x.pt", "--hyp", "hyp.scratch.yaml", "--project", str(tmp_path)])
-    hyp, opt, _, _ = train.setup_run(opt)
-    assert opt.hyp == "hyp.scratch.yaml" and hyp["lr0"] == 0.01
+    config, _, _ = train.setup_run(opt)
+    assert config.hyp_file == "hyp.scratch.yaml" and config.hyp["lr0"] == 0.01
 
 
 @pytest.mark.parametrize("argv", [["--local_rank", "1"], ["--local-rank=1"], ["--local_rank=0"]])

@@ -10,9 +10,10 @@ import torch
 import train
 from models.checkpoint import fp16_state_dict
 from models.yolo import Model
-from utils import train_setup
-from utils.callbacks import Callback
-from utils.shapes import generate_shapes, write_data_yaml
+from utils.data.shapes import generate_shapes, write_data_yaml
+from utils.files import REPO_ROOT
+from utils.train import setup as train_setup
+from utils.train.callbacks import Callback
 
 NAMES = "[circle, square, triangle, star, cross]"
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots", "--epochs", "1"]
@@ -142,7 +143,7 @@ def test_valid_flag_edges_are_accepted():
 
 
 def _cfg(tmp_path, old: str, new: str):
-    text = (train.ROOT / "models" / "yolov5n.yaml").read_text()
+    text = (REPO_ROOT / "models" / "yolov5n.yaml").read_text()
     assert old in text
     file = tmp_path / "model.yaml"
     file.write_text(text.replace(old, new, 1))
@@ -219,7 +220,7 @@ def test_out_of_memory_is_one_line(tiny_yaml, tmp_path, log):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity")
 
     def swap_loss(trainer):
-        trainer.parts.compute_loss = out_of_memory
+        trainer.parts.train_loss = out_of_memory
 
     args = ["--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path]
     assert _train(*args, callbacks=[OnStart(swap_loss)]) == 1

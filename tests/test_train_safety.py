@@ -14,9 +14,10 @@ import torch
 import yaml
 
 import train
-from utils import trainer as trainer_module
-from utils.callbacks import Callback
-from utils.train_setup import TrainError
+from utils.errors import TrainError
+from utils.train import checkpoints, run_folder
+from utils.train import trainer as trainer_module
+from utils.train.callbacks import Callback
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = ".yolo-run"  # utils.files.RUN_MARKER, spelled out so that this file also runs where it does not exist
@@ -140,11 +141,11 @@ def test_resume_in_its_own_run_folder_continues_there(interrupted_run, tmp_path,
 
 
 def test_new_run_folder_reserves_the_folder(tmp_path):
-    first = trainer_module.new_run_folder(tmp_path, "exp", False)
-    second = trainer_module.new_run_folder(tmp_path, "exp", False)
+    first = run_folder.new_run_folder(tmp_path, "exp", False)
+    second = run_folder.new_run_folder(tmp_path, "exp", False)
     assert (first, second) == (str(tmp_path / "exp"), str(tmp_path / "exp2"))
     assert (tmp_path / "exp" / MARKER).is_file() and (tmp_path / "exp2" / MARKER).is_file()
-    assert trainer_module.new_run_folder(tmp_path, "exp", True) == first  # --exist-ok: a folder a run made
+    assert run_folder.new_run_folder(tmp_path, "exp", True) == first  # --exist-ok: a folder a run made
 
 
 def test_runs_reserving_together_get_distinct_folders(tmp_path):
@@ -152,7 +153,7 @@ def test_runs_reserving_together_get_distinct_folders(tmp_path):
 
     def reserve():
         start.wait()  # all at once
-        folders.append(trainer_module.new_run_folder(tmp_path, "exp", False))
+        folders.append(run_folder.new_run_folder(tmp_path, "exp", False))
 
     threads = [threading.Thread(target=reserve) for _ in range(n)]
     for t in threads:
@@ -183,7 +184,7 @@ def test_a_run_started_alongside_another_gets_its_own_folder(shapes_yaml, tmp_pa
 
 
 def test_evolution_folders_are_reserved(tmp_path, log):
-    from utils import evolve
+    from utils.train import evolve
 
     first = evolve.evolution_folder(tmp_path, "exp", False)
     assert first == tmp_path / "exp" and (first / MARKER).is_file()
@@ -208,16 +209,16 @@ def test_hyp_scratch_holds_yolov5_scratch_low():
 @pytest.mark.parametrize("weights", ["", "yolov5n.pt"])
 def test_default_hyp_is_scratch_low_from_weights_too(weights, tmp_path, log):
     opt = train.parse_opt(["--weights", weights, "--cfg", "yolov5n.yaml", "--project", str(tmp_path)])
-    hyp, opt, _, _ = train.setup_run(opt)
-    assert hyp == SCRATCH_LOW and Path(opt.hyp_file) == ROOT / "data" / "hyp.scratch.yaml"
+    config, _, _ = train.setup_run(opt)
+    assert config.hyp == SCRATCH_LOW and Path(config.hyp_file) == ROOT / "data" / "hyp.scratch.yaml"
     assert "hyperparameters: data/hyp.scratch.yaml" in log.text
     assert not any(tmp_path.iterdir())  # nothing is made before training starts
 
 
 def test_finetune_hyp_is_still_an_option(tmp_path):
     opt = train.parse_opt(["--weights", "x.pt", "--hyp", "hyp.finetune.yaml", "--project", str(tmp_path)])
-    hyp, opt, _, _ = train.setup_run(opt)
-    assert hyp["lr0"] == 0.0032 and opt.hyp_file == "hyp.finetune.yaml"
+    config, _, _ = train.setup_run(opt)
+    assert config.hyp["lr0"] == 0.0032 and config.hyp_file == "hyp.finetune.yaml"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -241,11 +242,11 @@ def test_ctrl_c_in_the_first_epoch_leaves_a_resumable_checkpoint(shapes_yaml, tm
 
 
 def test_bare_resume_passes_over_newer_finished_runs(interrupted_run, tmp_path, log):
-    from utils.resume import find_resume_checkpoint
+    from utils.train.resume import find_resume_checkpoint
 
     shutil.copytree(interrupted_run, tmp_path / "exp")
     shutil.copytree(interrupted_run, tmp_path / "exp2")  # newer, and finished
-    trainer_module.strip_optimizer(tmp_path / "exp2" / "weights" / "last.pt")
+    checkpoints.strip_optimizer(tmp_path / "exp2" / "weights" / "last.pt")
     found = find_resume_checkpoint(True, tmp_path)
     found = found[0] if isinstance(found, tuple) else found
     assert found == tmp_path / "exp" / "weights" / "last.pt"
@@ -266,7 +267,7 @@ def test_bare_resume_says_the_newest_run_saved_nothing(interrupted_run, tmp_path
 
 def test_bare_resume_with_only_finished_runs_says_so(interrupted_run, tmp_path):
     shutil.copytree(interrupted_run, tmp_path / "exp")
-    trainer_module.strip_optimizer(tmp_path / "exp" / "weights" / "last.pt")
+    checkpoints.strip_optimizer(tmp_path / "exp" / "weights" / "last.pt")
     with pytest.raises(TrainError, match=r"can be resumed \(1 of finished runs\), nothing to resume"):
         train.setup_run(train.parse_opt(["--resume", "--project", str(tmp_path)]))
 

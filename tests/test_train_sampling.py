@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import train
-from utils.callbacks import Callback
-from utils.trainer import quad_scaled
+from utils.train.callbacks import Callback
+from utils.train.trainer import quad_scaled
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--noplots", "--noautoanchor"]

@@ -1,4 +1,4 @@
-"""utils.train_step: the pure warmup and loss-gain functions, and what the one training step does."""
+"""utils.train.step: the pure warmup and loss-gain functions, and what the one training step does."""
 
 import pytest
 import torch
@@ -6,9 +6,9 @@ from torch import nn
 
 import models.common as common
 from models.yolo import Model
-from utils.loss import ComputeLoss
 from utils.torch_utils import ModelEMA
-from utils.train_step import NBS, TrainingParts, apply_warmup, loss_gains, train_step, warmup_values
+from utils.train.loss import ComputeLoss
+from utils.train.step import NBS, TrainingParts, apply_warmup, loss_gains, train_step, warmup_values
 
 HYP = {"warmup_bias_lr": 0.1, "warmup_momentum": 0.8, "momentum": 0.937}
 

@@ -1,4 +1,4 @@
-"""utils.trainer: the Trainer's stages and callbacks on a tiny shapes set, its checkpoint guard, its helpers."""
+"""utils.train.trainer: the Trainer's stages and callbacks on a tiny shapes set, its checkpoint guard, its helpers."""
 
 import csv
 import math
@@ -8,9 +8,9 @@ import torch
 
 import train
 from models.yolo import Model
-from utils import trainer
-from utils.callbacks import Callback
-from utils.train_setup import TrainError
+from utils.errors import TrainError
+from utils.train import callbacks, checkpoints, run_folder, trainer
+from utils.train.callbacks import Callback
 
 FAST = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--workers", "0", "--noplots"]
 
@@ -78,7 +78,7 @@ def test_non_finite_weights_are_never_saved(shapes_yaml, tmp_path, log):
 
 
 def test_epoch_result_before_any_validation_is_zeros():
-    result = trainer.epoch_result(0, [0.1, 0.2, 0.3], [0.01, 0.01, 0.01], None)
+    result = callbacks.epoch_result(0, [0.1, 0.2, 0.3], [0.01, 0.01, 0.01], None)
     assert result.row() == [0, 0.1, 0.2, 0.3, 0, 0, 0, 0, 0, 0, 0, 0.01, 0.01, 0.01] and result.fitness == 0
 
 
@@ -86,18 +86,18 @@ def test_fp16_rounded_is_a_rounded_copy():
     model = Model("yolov5n.yaml", nc=2)
     weight = model.model[0].conv.weight
     weight.data[0, 0, 0, 0] = 1 + 2**-12  # not representable in FP16
-    rounded = trainer.fp16_rounded(model)
+    rounded = checkpoints.fp16_rounded(model)
     assert rounded.model[0].conv.weight[0, 0, 0, 0] == 1.0 and weight[0, 0, 0, 0] == 1 + 2**-12
 
 
 def test_new_run_folder_numbers_runs_and_refuses_a_file(tmp_path):
-    assert trainer.new_run_folder(str(tmp_path), "exp", False) == str(tmp_path / "exp")
+    assert run_folder.new_run_folder(str(tmp_path), "exp", False) == str(tmp_path / "exp")
     assert (tmp_path / "exp").is_dir()  # reserved when chosen
-    assert trainer.new_run_folder(str(tmp_path), "exp", False) == str(tmp_path / "exp2")
-    assert trainer.new_run_folder(str(tmp_path), "exp", True) == str(tmp_path / "exp")
+    assert run_folder.new_run_folder(str(tmp_path), "exp", False) == str(tmp_path / "exp2")
+    assert run_folder.new_run_folder(str(tmp_path), "exp", True) == str(tmp_path / "exp")
     (tmp_path / "file").write_text("")
     with pytest.raises(TrainError, match="is a file, not a folder"):
-        trainer.new_run_folder(str(tmp_path / "file"), "exp", False)
+        run_folder.new_run_folder(str(tmp_path / "file"), "exp", False)
 
 
 class EvaluateCounter(Callback):

@@ -9,8 +9,8 @@ from torchvision.ops import box_iou
 
 from models.ensemble import load_models
 from models.tta import PAD_VALUE, TTAModel, scale_and_pad
-from utils.augment import letterbox
 from utils.boxes import non_max_suppression
+from utils.data.augment import letterbox
 
 
 def bus_tensor(shared, size: int = 320) -> torch.Tensor:

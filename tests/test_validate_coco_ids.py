@@ -1,4 +1,4 @@
-"""COCO image ids in test.py (utils/coco_json.py): images are matched to a COCO annotations JSON by file_name,
+"""COCO image ids in test.py (utils/eval/coco_json.py): images are matched to a COCO annotations JSON by file_name,
 then by numeric stem, so a JSON whose ids are not the file stems (1..N, as exported datasets often number them)
 gives the same mAP."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from utils import coco_json, validate, validate_weights
-from utils.metrics import COCO80_NAMES, MetricsError, load_coco_ground_truth
+from utils.errors import MetricsError
+from utils.eval import coco_json, validate, validate_weights
+from utils.eval.coco_io import COCO80_NAMES, load_coco_ground_truth
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package

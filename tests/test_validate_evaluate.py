@@ -1,4 +1,4 @@
-"""utils/validate.py's evaluate(): a live model used as given, the typed result, ground truth and outputs."""
+"""utils/eval/validate.py's evaluate(): a live model used as given, the typed result, ground truth and outputs."""
 
 import json
 from pathlib import Path
@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from models import load_model
-from utils.coco_json import load_json_ground_truth
-from utils.datasets import create_dataloader, load_hyp
-from utils.loss import ComputeLoss
-from utils.metrics import COCO80_NAMES
-from utils.validate import ValidationOptions, ValidationResult, evaluate
-from utils.validate_weights import run as validate_weights
+from utils.data.config import load_hyp
+from utils.data.loader import create_dataloader
+from utils.eval.coco_io import COCO80_NAMES
+from utils.eval.coco_json import load_json_ground_truth
+from utils.eval.validate import ValidationOptions, ValidationResult, evaluate
+from utils.eval.validate_weights import run as validate_weights
+from utils.train.loss import ComputeLoss
 
 NAMES = list(COCO80_NAMES)
 

@@ -36,7 +36,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         """Print the error as one line and exit 2."""
-        sys.stderr.write(f"ERROR: {' '.join(message.split())} (see {self.prog} --help)\n")
+        sys.stderr.write(f"ERROR: {one_line(message)} (see {self.prog} --help)\n")
         sys.exit(2)
 
 

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from utils.errors import DownloadError
-from utils.files import resolve_bare_name
+from utils.files import REPO_ROOT, resolve_bare_name
 from utils.log import LOGGER
 
 GITHUB_RELEASE = "https://github.com/ultralytics/yolov5/releases/download/v7.0"
@@ -24,7 +24,7 @@ ANCHOR_FREE_WEIGHTS = {
     re.compile(r"(yolov8|yolo11)[nsmlx]\.pt"): f"{ASSETS_RELEASE}/v8.3.0",
     re.compile(r"yolo26[nsmlx]\.pt"): f"{ASSETS_RELEASE}/v8.4.0",
 }
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
+WEIGHTS_DIR = REPO_ROOT / "weights"
 
 
 def is_url(text: str | Path, schemes: tuple[str, ...] = ("http", "https")) -> bool:

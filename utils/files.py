@@ -11,6 +11,8 @@ from pathlib import Path
 from utils.errors import RunFolderError
 from utils.log import LOGGER
 
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: data/, models/, weights/, runs/
+DATA_DIR = REPO_ROOT / "data"  # bundled data and hyperparameter YAMLs
 RUN_MARKER = ".yolo-run"  # written into every folder a run creates: what we may write into again
 
 

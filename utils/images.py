@@ -21,6 +21,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from utils.log import one_line
+
 try:  # Pillow (a dependency of torchvision and matplotlib) reads headers: size, bit depth, EXIF orientation
     from PIL import Image, UnidentifiedImageError
 
@@ -134,7 +136,7 @@ def image_info(raw: bytes) -> ImageInfo:
     try:
         im = Image.open(io.BytesIO(raw))
     except Image.DecompressionBombError as e:
-        raise ValueError(" ".join(str(e).split())) from None
+        raise ValueError(one_line(e)) from None
     with im:
         w, h = (im.tag_v2.get(256), im.tag_v2.get(257)) if im.format == "TIFF" else im.size
         if not isinstance(w, int) or not isinstance(h, int):
@@ -279,7 +281,7 @@ def header_of(raw: bytes) -> tuple[ImageInfo | None, str]:
             return None, pfm_problem(raw) or ""
         return None, UNREADABLE  # a format only OpenCV knows (EXR, HDR) would be decoded without bounds
     except Exception as e:  # Pillow raises many types for a damaged header; the label checker refuses it too
-        return None, f"{UNREADABLE}: {' '.join(str(e).split())}"[:300]
+        return None, f"{UNREADABLE}: {one_line(e)}"[:300]
 
 
 def decode_image(raw: bytes, extension: str = "") -> tuple[np.ndarray | None, str]:

@@ -4,6 +4,7 @@ import logging
 import sys
 
 LOGGER = logging.getLogger("yolo")
+PROGRESS_BAR = "{l_bar}{bar:10}{r_bar}"  # every tqdm bar of the project: a 10-character bar between the counts
 
 
 def set_logging(verbose: bool = True) -> None:
@@ -16,9 +17,16 @@ def set_logging(verbose: bool = True) -> None:
     LOGGER.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
-def one_line(error: BaseException) -> str:
-    """An exception's message folded onto one line (its class name when it has no message)."""
-    return " ".join(str(error).split()) or error.__class__.__name__
+def speed_line(speed_ms: tuple[float, float, float], shape: str) -> str:
+    """YOLOv5's speed line of detect.py and test.py: per-image milliseconds of each stage, at the input shape(s)."""
+    pre, inference, nms = speed_ms
+    return f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at {shape}"
+
+
+def one_line(value: object) -> str:
+    """A message (an exception's, or any text) folded onto one line; an exception without a message gives its
+    class name."""
+    return " ".join(str(value).split()) or (value.__class__.__name__ if isinstance(value, BaseException) else "")
 
 
 set_logging()

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from utils.errors import UnsafeYamlError, YoloError
+from utils.log import one_line
 
 MAX_YAML_BYTES = 4 << 20  # a data YAML with LVIS' 1203 names is ~40 KB; 4 MiB leaves room for any real file
 MAX_YAML_DEPTH = 64  # our files nest 3 levels deep; a deep [[[[...]]]] would otherwise hit Python's recursion limit
@@ -44,7 +45,7 @@ def parse_yaml(text: str, source: str, error: type[YoloError] = UnsafeYamlError)
     try:
         return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass, aliases refused
     except yaml.YAMLError as e:
-        raise error(f"{source} could not be read as YAML: {' '.join(str(e).split())}") from None
+        raise error(f"{source} could not be read as YAML: {one_line(e)}") from None
     except RecursionError:
         raise error(f"{source} could not be read as YAML: nested too deeply") from None
 

@@ -1,231 +1,125 @@
 """The training engine behind train.py: a Trainer whose train() is setup -> train_one_epoch + validate + save per
-epoch -> finish, with callbacks (utils.callbacks) at each stage.
+epoch -> finish, with callbacks (utils.train.callbacks) at each stage.
 
-Set-up pieces live in utils.train_setup (model, optimizer, schedule, early stopping), the one training step and
-its warmup and loss gains in utils.train_step, --resume's option checking in utils.resume.
+It reads a TrainConfig (utils.train.config) and never changes it. Set-up pieces live in utils.train.setup (model,
+loaders, optimizer, schedule, early stopping), the one training step and its warmup and loss gains in
+utils.train.step, checkpoint files in utils.train.checkpoints, ranks and collectives in utils.train.distributed,
+--resume's option checking in utils.train.resume.
 """
 
-import argparse
-import errno
-import math
-import os
-import random
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
-from copy import deepcopy
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import yaml
 from torch import nn
-from torch.nn import functional as F  # noqa: N812
 from torch.optim import lr_scheduler
 
-from models.checkpoint import checkpoint_dict, fp16_state_dict, load_checkpoint, load_model, save_checkpoint
-from utils.augment import check_img_size, letterbox
-from utils.autoanchor import check_anchors
-from utils.autobatch import autobatch
-from utils.callbacks import BatchEnd, Callback, Callbacks, EpochResult, default_callbacks
-from utils.datasets import create_dataloader, load_data_config
-from utils.files import RunFolderError, reserve_run_dir
-from utils.image_weights import sample_indices
+from models.checkpoint import checkpoint_dict, fp16_state_dict, load_model
+from utils.data.augment import check_img_size, letterbox
+from utils.data.dataset import LoadImagesAndLabels
+from utils.eval.validate import ValidationOptions, ValidationResult, evaluate
 from utils.log import LOGGER
-from utils.loss import ComputeLoss
 from utils.torch_utils import ModelEMA, de_parallel, init_seeds, retain_freed_memory
-from utils.train_setup import (
+from utils.train.autoanchor import check_anchors
+from utils.train.autobatch import autobatch
+from utils.train.callbacks import BatchEnd, Callback, Callbacks, EpochResult, default_callbacks, epoch_result
+from utils.train.checkpoints import fp16_rounded, save_or_explain, strip_optimizer
+from utils.train.config import TrainConfig
+from utils.train.distributed import (
+    LOCAL_RANK,
+    MAIN_PROCESS,
+    RANK,
+    WORLD_SIZE,
+    distributed_zero_first,
+    from_main_process,
+    wrap_distributed,
+)
+from utils.train.image_weights import draw_epoch_images
+from utils.train.loss import ComputeLoss
+from utils.train.run_folder import new_run_folder
+from utils.train.setup import (
     EarlyStopping,
-    TrainError,
     all_finite,
     build_model,
+    build_train_loader,
+    build_val_loader,
     freeze_layers,
     load_optimizer_state,
     load_resume_state,
     lr_lambda,
     smart_optimizer,
+    training_data,
 )
-from utils.train_step import (
+from utils.train.step import (
     NBS,
     TrainingParts,
     apply_warmup,
     check_amp,
     loss_gains,
+    prepare_images,
+    quad_scaled,
     resolve_amp,
     train_step,
     warmup_values,
 )
-from utils.validate import ValidationOptions, ValidationResult, evaluate
-
-LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))  # set by torch.distributed.run
-RANK = int(os.getenv("RANK", -1))
-WORLD_SIZE = int(os.getenv("WORLD_SIZE", 1))
-# Checkpoint entries only needed to resume; removed when training ends.
-RESUME_KEYS = ("optimizer", "scaler", "ema_updates", "train_model", "best_epoch")
-
-
-def plain_args(opt: argparse.Namespace) -> dict:
-    """vars(opt) with only plain types (str, numbers, lists, dicts), so checkpoints load with weights_only=True."""
-
-    def plain(v):
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        if isinstance(v, dict):
-            return {str(k): plain(x) for k, x in v.items()}
-        return str(v)
-
-    return {k: plain(v) for k, v in vars(opt).items()}
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-def save_or_explain(ckpt: dict, path: Path) -> None:
-    """save_checkpoint (atomic: a failed write leaves the previous file intact); a full disk becomes a TrainError."""
-    try:
-        save_checkpoint(ckpt, path)
-    except OSError as e:
-        if e.errno != errno.ENOSPC:
-            raise
-        raise TrainError(
-            f"the disk is full (ENOSPC): could not write {path} (an earlier {path.name} there is kept "
-            f"intact); free some space, then continue with --resume"
-        ) from None
-
-
-def strip_optimizer(path: str | Path) -> None:
-    """Drop the resume-only entries of a checkpoint, leaving FP16 weights, config and metadata."""
-    ckpt = load_checkpoint(path)
-    for k in RESUME_KEYS:
-        ckpt.pop(k, None)
-    ckpt["model"] = {k: v.half() if v.is_floating_point() else v for k, v in ckpt["model"].items()}
-    save_or_explain(ckpt, Path(path))
-    LOGGER.info(f"Optimizer stripped from {path}, {os.path.getsize(path) / 1e6:.1f}MB")
-
-
-def fp16_rounded(model: nn.Module) -> nn.Module:
-    """A copy of the model with weights rounded through FP16, the precision checkpoints store."""
-    copy = deepcopy(model)
-    with torch.no_grad():
-        for v in copy.state_dict().values():
-            if v.is_floating_point():
-                v.copy_(v.half().float())
-    return copy
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Distributed
-
-
-@contextmanager
-def distributed_zero_first(local_rank: int):
-    """Let the local master run a block first (e.g. building a label cache) while the others wait."""
-    if local_rank not in (-1, 0):
-        dist.barrier()
-    yield
-    if local_rank == 0:
-        dist.barrier()
-
-
-def start_distributed(device: torch.device, batch_size: int) -> torch.device:
-    """Under torchrun, join the process group (NCCL on CUDA, gloo on the CPU); this process's device."""
-    if LOCAL_RANK == -1:
-        return device
-    if batch_size % WORLD_SIZE:
-        raise TrainError(f"--batch-size {batch_size} must be a multiple of the {WORLD_SIZE} processes")
-    if device.type == "cuda":
-        if torch.cuda.device_count() <= LOCAL_RANK:
-            raise TrainError(f"not enough CUDA devices for {WORLD_SIZE} processes")
-        torch.cuda.set_device(LOCAL_RANK)
-        device = torch.device("cuda", LOCAL_RANK)
-    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", timeout=timedelta(hours=3))
-    return device
-
-
-def check_project(project: str | Path) -> None:
-    """TrainError for a --project that names a file (checked before any work, and again when the folder is made)."""
-    if Path(project).exists() and not Path(project).is_dir():
-        raise TrainError(f"--project {project} is a file, not a folder")
-
-
-def new_run_folder(project: str | Path, name: str, exist_ok: bool) -> str:
-    """project/name reserved for this run (created with its run marker, utils.files.reserve_run_dir): numbered
-    exp2, exp3... if taken, unless exist_ok. Rank 0 reserves it and every process gets the same absolute path."""
-    check_project(project)
-    box = [None, None]  # the folder, or why it could not be made (every rank must raise, none may wait forever)
-    if RANK in (-1, 0):
-        try:
-            box[0] = str(reserve_run_dir(Path(project) / name, exist_ok))
-        except RunFolderError as e:
-            box[1] = str(e)
-    if RANK != -1:
-        dist.broadcast_object_list(box, 0)
-    if box[1] is not None:
-        raise RunFolderError(box[1])
-    return box[0]
-
-
-def _broadcast_stop(stop: bool) -> bool:
-    """Rank 0's early-stopping decision on every process, so all stop together."""
-    if RANK == -1:
-        return stop
-    flag = [stop if RANK == 0 else None]
-    dist.broadcast_object_list(flag, 0)
-    return flag[0]
-
-
-def epoch_result(
-    epoch: int, train_losses: list[float], lrs: list[float], validation: ValidationResult | None
-) -> EpochResult:
-    """An epoch's EpochResult from its training losses, lrs and validation (zeros where there is none yet)."""
-    if validation is None:
-        return EpochResult(epoch, train_losses, 0.0, 0.0, 0.0, 0.0, [0.0, 0.0, 0.0], lrs, 0.0)
-    m = validation.metrics
-    losses = [float(x) for x in validation.losses]
-    return EpochResult(epoch, train_losses, m.mp, m.mr, m.map50, m.map, losses, lrs, validation.fitness)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The Trainer
 
 
 class Trainer:
-    """Trains per train.py's options: setup(), then per epoch train_one_epoch(), validate() and save(), then finish().
+    """Trains per a TrainConfig: setup(), then per epoch train_one_epoch(), validate() and save(), then finish().
 
-    Callbacks (utils.callbacks) run on the main process only; the defaults write the console output, results.csv
+    Callbacks (utils.train.callbacks) run on the main process only; the defaults write the console output, results.csv
     and the plots, and callbacks=[...] adds more.
     """
 
     def __init__(
         self,
-        hyp: dict,
-        opt: argparse.Namespace,
+        config: TrainConfig,
         device: torch.device,
         resume_ckpt: dict | None = None,
         callbacks: list[Callback] | None = None,
     ):
-        self.opt, self.device = opt, device
-        self.hyp = dict(hyp)
-        opt.hyp = dict(hyp)  # unscaled, saved with the run so that --resume restores them
-        # Given (a resumed run's own folder, an evolve generation), or None: reserved in setup() once data and
-        # model are known good, so a failed start leaves no folder and two runs started together get two folders.
-        given = getattr(opt, "save_dir", None)
-        self.save_dir: Path | None = Path(given).absolute() if given else None
-        self.epochs, self.plots, self.resuming = opt.epochs, not opt.noplots, bool(opt.resume)
-        self.main_process = RANK in (-1, 0)
+        self.config, self.device = config, device
+        self.hyp = dict(config.hyp)  # as given: augmentation, warmup, anchors; the loss's scaled gains are loss_hyp
+        self.epochs, self.plots, self.resuming = config.epochs, not config.noplots, config.resume
+        self.main_process = MAIN_PROCESS
         self.resume_ckpt = resume_ckpt
-        self.saved_epoch: int | None = None  # the epoch whose end state last.pt holds (-1: the starting state)
-        self.start_saved = False  # last.pt was written at the start of this run, before any epoch
         self.callbacks = Callbacks(default_callbacks(self.plots) + list(callbacks or []) if self.main_process else [])
+        # The run folder: given (a resumed run's own, an evolve generation's), or None until setup() reserves one
+        # once data and model are known good, so a failed start leaves no folder and two runs get two folders.
+        self.save_dir: Path | None = Path(config.save_dir).absolute() if config.save_dir else None
+        # Set up by setup(), in this order: data, model geometry, loaders, optimization, precision and loss.
+        self.seed = config.seed % 2**32  # --seed takes any integer; NumPy's seeds must be in [0, 2**32)
+        self.data: dict = {}
+        self.nc, self.names = 0, []
+        self.channels_last = device.type == "cpu"  # oneDNN trains convolutions about 20% faster in NHWC
+        self.grid, self.imgsz = 32, config.imgsz
+        self.chosen_batch_size = config.batch_size  # as asked, or AutoBatch's choice for -1: what opt.yaml records
+        self.batch_size = config.batch_size  # total over all processes, as the loader settles it for a small dataset
+        self.train_loader: torch.utils.data.DataLoader | None = None
+        self.dataset: LoadImagesAndLabels | None = None
+        self.labels = np.zeros((0, 5))
+        self.val_loader: torch.utils.data.DataLoader | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_factor: Callable[[float], float] | None = None
+        self.scheduler: lr_scheduler.LambdaLR | None = None
+        self.accumulate = 1  # batches per optimizer step, to the nominal batch size (changes during warmup)
+        self.n_warmup, self.last_opt_step = 0, -1
+        self.stopper: EarlyStopping | None = None
+        self.loss_hyp: dict = {}  # hyp with the box/obj/cls gains scaled to classes, layers and image size
+        self.loss: ComputeLoss | None = None  # also scores the validation losses; parts.train_loss is the step's
+        self.parts: TrainingParts | None = None
+        # Progress, updated as training goes.
         self.start_epoch, self.best_fitness = 0, 0.0
+        self.lrs: list[float] = []
         self.validation: ValidationResult | None = None  # the latest
         self.full_validation_epoch: int | None = None  # the last epoch, validated with plots and per-class table
         self.best_epoch_saved: int | None = None  # the epoch whose weights best.pt holds, when this run wrote it
+        self.saved_epoch: int | None = None  # the epoch whose end state last.pt holds (-1: the starting state)
+        self.start_saved = False  # last.pt was written at the start of this run, before any epoch
 
     @property
     def last(self) -> Path:
@@ -236,6 +130,11 @@ class Trainer:
     def best(self) -> Path:
         """weights/best.pt of the run folder: the fittest epoch's weights."""
         return self.save_dir / "weights" / "best.pt"
+
+    def saved_options(self) -> dict:
+        """The options opt.yaml and the checkpoints record: the config, with the batch size and run folder this run
+        settled on (what --resume continues with)."""
+        return self.config.saved_options(batch_size=self.chosen_batch_size, save_dir=str(self.save_dir))
 
     # Stages ----------------------------------------------------------------------------------------------------------
 
@@ -254,7 +153,7 @@ class Trainer:
                     self.best_fitness = max(self.best_fitness, result.fitness)
                     self.callbacks.on_epoch_end(self, result)
                     self.save(result, final=final or stop)
-                if _broadcast_stop(stop):
+                if from_main_process(stop):  # all processes stop together
                     break
         except KeyboardInterrupt:
             self._explain_interrupt()
@@ -267,25 +166,12 @@ class Trainer:
 
     def setup(self) -> None:
         """Data, model, loaders, optimizer, run folder, resume state, DDP, precision and loss; then on_train_start."""
-        opt = self.opt
         if self.main_process:
             LOGGER.info("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in self.hyp.items()))
-        self.seed = opt.seed % 2**32  # --seed takes any integer; NumPy's seeds must be in [0, 2**32)
         init_seeds((self.seed + 1 + RANK) % 2**32)
         self._setup_data_config()
-        model = build_model(opt, self.nc, self.hyp, self.device, self.resume_ckpt if self.resuming else None)
-        model.names = list(self.names)
-        self.channels_last = self.device.type == "cpu"  # oneDNN trains convolutions about 20% faster in NHWC
-        if self.channels_last:
-            model.to(memory_format=torch.channels_last)
-            retain_freed_memory()  # freed activations are reused, not page-faulted in anew every step
-        freeze_layers(model, opt.freeze)
-        self.grid = max(int(model.stride.max()), 32)
-        self.imgsz = check_img_size(opt.imgsz, self.grid, floor=self.grid * 2)
-        if opt.batch_size == -1:  # AutoBatch, on one device (train.py refuses it under DDP)
-            opt.batch_size = autobatch(model, self.imgsz, self.device, amp=opt.amp is not False)
-            opt.batch_size = max(opt.batch_size // 4 * 4, 4) if opt.quad else opt.batch_size  # quad: groups of 4
-        self._setup_train_loader()
+        model = self._setup_model()
+        self._setup_train_loader(model)
         self._setup_optimizer(model)
         best_epoch, scaler_state = self._restore_optimizer() if self.resuming else (0, None)
         if self.main_process:
@@ -294,12 +180,11 @@ class Trainer:
         ema = ModelEMA(model) if self.main_process else None
         if self.resuming and ema is not None:
             self._restore_ema(ema)
-        self.stopper = EarlyStopping(opt.patience, self.best_fitness, best_epoch)
+        self.stopper = EarlyStopping(self.config.patience, self.best_fitness, best_epoch)
         self.resume_ckpt = None  # its tensors are no longer needed
-        model = self._wrap_distributed(model)
+        model = wrap_distributed(model, self.device, self.config.sync_bn)
         self.parts = self._setup_precision(model, ema, scaler_state)
         self.n_warmup = max(round(self.hyp["warmup_epochs"] * len(self.train_loader)), 100)  # iterations
-        self.last_opt_step = -1
         self.scheduler.last_epoch = self.start_epoch - 1
         if self.main_process:
             self._save_start()
@@ -311,8 +196,9 @@ class Trainer:
         model.train()
         if RANK != -1:
             loader.sampler.set_epoch(epoch)
-        if self.opt.image_weights:
-            self._draw_images(epoch)
+        if self.config.image_weights:
+            maps = self.validation.metrics.maps if self.validation is not None else np.zeros(self.nc)
+            self.dataset.indices = draw_epoch_images(self.dataset.labels, self.nc, maps, self.seed, epoch)
         self.callbacks.on_epoch_start(self, epoch)
         mean_losses, n_skipped = torch.zeros(3, device=self.device), 0
         self.parts.optimizer.zero_grad()
@@ -320,7 +206,9 @@ class Trainer:
             iteration = i + nb * epoch  # since the start of training
             if iteration <= self.n_warmup:
                 self._warm_up(iteration, epoch)
-            images = self._prepare_images(images)
+            images = prepare_images(
+                images, self.device, self.imgsz, self.grid, self.config.multi_scale, self.channels_last
+            )
             update = iteration - self.last_opt_step >= self.accumulate
             step = train_step(self.parts, images, targets.to(self.device), update)
             n_skipped += step.skipped is not None
@@ -343,7 +231,7 @@ class Trainer:
 
     def validate(self, epoch: int, train_losses: list[float], final: bool) -> EpochResult:
         """Validate the EMA weights (with --noval only the final epoch); the epoch's result."""
-        if not self.opt.noval or final:
+        if not self.config.noval or final:
             # Score exactly the weights the checkpoint will hold. The last epoch is scored in full (plots, per-class
             # table), so that finish() need not score best.pt again when it holds these same weights.
             last = epoch + 1 == self.epochs
@@ -354,7 +242,7 @@ class Trainer:
 
     def save(self, result: EpochResult, final: bool) -> None:
         """last.pt (and best.pt, epochN.pt when due) unless --nosave, always at the end; on_checkpoint_saved each."""
-        if self.opt.nosave and not final:
+        if self.config.nosave and not final:
             return
         if not self._weights_finite():
             LOGGER.warning(f"WARNING: non-finite weights after epoch {result.epoch}: checkpoint not saved")
@@ -364,7 +252,7 @@ class Trainer:
         if self.best_fitness == result.fitness:
             files.append(self.best)
             self.best_epoch_saved = result.epoch
-        period = self.opt.save_period
+        period = self.config.save_period
         files += [self.last.parent / f"epoch{result.epoch}.pt"] if period > 0 and result.epoch % period == 0 else []
         for file in files:
             save_or_explain(ckpt, file)
@@ -387,7 +275,7 @@ class Trainer:
             scaler=self.parts.scaler.state_dict(),
             ema_updates=ema.updates,
             train_model=fp16_state_dict(model),
-            train_args=plain_args(self.opt),
+            train_args=self.saved_options(),
             best_epoch=self.stopper.best_epoch,
             date=datetime.now().isoformat(),
         )
@@ -399,7 +287,7 @@ class Trainer:
         if self.last.exists():  # a run resumed in its own folder: its last.pt is where it starts
             self.saved_epoch = self.start_epoch - 1
             return
-        if self.opt.nosave or not self._weights_finite():
+        if self.config.nosave or not self._weights_finite():
             return
         save_or_explain(self._checkpoint(self.start_epoch - 1), self.last)
         self.saved_epoch, self.start_saved = self.start_epoch - 1, True
@@ -409,7 +297,7 @@ class Trainer:
         if not self.main_process:
             return
         if self.saved_epoch is None:
-            why = " (--nosave)" if self.opt.nosave else ""
+            why = " (--nosave)" if self.config.nosave else ""
             LOGGER.info(f"Training interrupted: no checkpoint was saved in {self.save_dir}{why}, nothing to resume")
             return
         state = "its starting state" if self.saved_epoch < 0 else f"the state after epoch {self.saved_epoch}"
@@ -442,7 +330,7 @@ class Trainer:
     def evaluate(self, model: nn.Module, plots: bool, verbose: bool = False) -> ValidationResult:
         """Score model on the val loader, with the training loss function for the val losses."""
         options = ValidationOptions(
-            single_cls=self.opt.single_cls,
+            single_cls=self.config.single_cls,
             ann_json=self.data.get("ann_json"),
             ann_json_fallback=True,  # a JSON that does not fit the images: one warning, then the YOLO labels
             save_dir=self.save_dir,
@@ -451,43 +339,38 @@ class Trainer:
             half=self.parts.amp_dtype == torch.float16,  # FP16 autocast as trained; bfloat16 runs are scored in FP32
             channels_last=self.channels_last,
         )
-        return evaluate(model, self.val_loader, list(self.data["names"]), self.compute_loss, options)
+        return evaluate(model, self.val_loader, list(self.data["names"]), self.loss, options)
 
     # Set-up steps ----------------------------------------------------------------------------------------------------
 
     def _setup_data_config(self) -> None:
         """The data YAML, the class count and names (--single-cls makes one class)."""
         with distributed_zero_first(LOCAL_RANK):
-            self.data = load_data_config(self.opt.data)
-        if not self.data.get("train") or not self.data.get("val"):
-            raise TrainError(f"{self.opt.data} needs both 'train' and 'val' splits for training")
-        names = self.data["names"]
-        self.nc = 1 if self.opt.single_cls else int(self.data["nc"])
-        self.names = (["item"] if len(names) != 1 else names) if self.opt.single_cls else names
+            self.data, self.nc, self.names = training_data(self.config)
 
-    def _setup_train_loader(self) -> None:
+    def _setup_model(self) -> nn.Module:
+        """The model (from --cfg, --weights or the resumed run), its frozen layers, the image size its strides allow,
+        and the batch size (AutoBatch's, for --batch-size -1 on one device: train.py refuses it under DDP)."""
+        config = self.config
+        model = build_model(config, self.nc, self.hyp, self.device, self.resume_ckpt if self.resuming else None)
+        model.names = list(self.names)
+        if self.channels_last:
+            model.to(memory_format=torch.channels_last)
+            retain_freed_memory()  # freed activations are reused, not page-faulted in anew every step
+        freeze_layers(model, list(config.freeze))
+        self.grid = max(int(model.stride.max()), 32)
+        self.imgsz = check_img_size(config.imgsz, self.grid, floor=self.grid * 2)
+        if config.batch_size == -1:
+            batch = autobatch(model, self.imgsz, self.device, amp=config.amp is not False)
+            self.chosen_batch_size = max(batch // 4 * 4, 4) if config.quad else batch  # quad: groups of 4
+        self.batch_size = self.chosen_batch_size
+        return model
+
+    def _setup_train_loader(self, model: nn.Module) -> None:
         """The augmented training loader; a dataset without any label box is refused (a forgotten labels folder)."""
-        opt = self.opt
         with distributed_zero_first(LOCAL_RANK):
-            self.train_loader, self.dataset = create_dataloader(
-                self.data["train"],
-                self.imgsz,
-                opt.batch_size // WORLD_SIZE,
-                self.grid,
-                opt.single_cls,
-                hyp=dict(self.hyp),
-                augment=True,
-                cache=None if opt.cache == "val" else opt.cache,
-                rect=opt.rect,
-                rank=LOCAL_RANK,
-                workers=opt.workers,
-                shuffle=True,
-                seed=self.seed,
-                prefix="train: ",
-                nc=self.nc,
-                require_labels=True,
-                image_weights=opt.image_weights,
-                quad=opt.quad,
+            self.train_loader, self.dataset = build_train_loader(
+                self.config, self.data["train"], self.imgsz, self.batch_size, self.grid, self.hyp, self.nc, self.seed
             )
         self.batch_size = self.train_loader.batch_size * WORLD_SIZE  # the loader clips the batch to a small dataset
         labels = self.dataset.labels
@@ -495,80 +378,52 @@ class Trainer:
 
     def _setup_optimizer(self, model: nn.Module) -> None:
         """Gradients accumulate to the nominal batch; weight decay scales with the effective batch."""
-        hyp = self.hyp
+        hyp, config = self.hyp, self.config
         self.accumulate = max(round(NBS / self.batch_size), 1)
-        hyp["weight_decay"] *= self.batch_size * self.accumulate / NBS
-        self.optimizer = smart_optimizer(model, self.opt.optimizer, hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
-        self.lr_factor = lr_lambda(self.epochs, hyp["lrf"], self.opt.cos_lr)
+        weight_decay = hyp["weight_decay"] * self.batch_size * self.accumulate / NBS
+        self.optimizer = smart_optimizer(model, config.optimizer, hyp["lr0"], hyp["momentum"], weight_decay)
+        self.lr_factor = lr_lambda(self.epochs, hyp["lrf"], config.cos_lr)
         self.scheduler = lr_scheduler.LambdaLR(self.optimizer, lr_lambda=self.lr_factor)
 
     def _setup_run_folder(self) -> None:
         """The run folder: the one given, or a new one reserved now (atomically: two runs started together with the
         same --name get exp and exp2); then weights/, hyp.yaml and opt.yaml in it."""
-        opt = self.opt
+        config = self.config
         if self.save_dir is None:
-            self.save_dir = Path(new_run_folder(opt.project, opt.name, opt.exist_ok))
+            self.save_dir = Path(new_run_folder(config.project, config.name, config.exist_ok))
             if self.resuming and self.main_process:
                 LOGGER.info(f"Resuming in the new run folder {self.save_dir}")
-        opt.save_dir = str(self.save_dir)  # absolute, as opt.yaml and the checkpoints record it
         if not self.main_process:
             return
+        options = self.saved_options()
         (self.save_dir / "weights").mkdir(parents=True, exist_ok=True)
-        (self.save_dir / "hyp.yaml").write_text(yaml.safe_dump(opt.hyp, sort_keys=False), encoding="utf-8")
-        (self.save_dir / "opt.yaml").write_text(yaml.safe_dump(plain_args(opt), sort_keys=False), encoding="utf-8")
+        (self.save_dir / "hyp.yaml").write_text(yaml.safe_dump(options["hyp"], sort_keys=False), encoding="utf-8")
+        (self.save_dir / "opt.yaml").write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
 
     def _setup_val_loader(self, model: nn.Module) -> None:
         """The val loader, and AutoAnchor for a new run (before the run folder exists: a bad val set leaves none)."""
-        opt = self.opt
-        self.val_loader = create_dataloader(
-            self.data["val"],
-            self.imgsz,
-            self.train_loader.batch_size * 2,
-            self.grid,
-            opt.single_cls,
-            hyp=dict(self.hyp),
-            cache=None if opt.noval else opt.cache,
-            rect=True,
-            rank=-1,
-            workers=opt.workers * 2,
-            pad=0.5,
-            prefix="val: ",
-            nc=self.nc,
-        )[0]
-        if not self.resuming and not opt.noautoanchor:
+        config = self.config
+        batch = self.train_loader.batch_size * 2
+        self.val_loader = build_val_loader(config, self.data["val"], self.imgsz, batch, self.grid, self.hyp, self.nc)
+        if not self.resuming and not config.noautoanchor:
             check_anchors(self.dataset, model=model, thr=self.hyp["anchor_t"], imgsz=self.imgsz, seed=self.seed)
 
     def _restore_optimizer(self) -> tuple[int, dict | None]:
         """Optimizer, epoch and best fitness from the interrupted run's checkpoint (checked before the run folder is
         touched); (best epoch, scaler state)."""
-        ckpt, last = self.resume_ckpt, self.opt.weights
+        ckpt, last = self.resume_ckpt, self.config.weights
         load_optimizer_state(self.optimizer, ckpt["optimizer"], last)
         self.start_epoch, self.best_fitness = ckpt["epoch"] + 1, float(ckpt["best_fitness"])
         return int(ckpt.get("best_epoch", max(ckpt["epoch"], 0))), ckpt.get("scaler")
 
     def _restore_ema(self, ema: ModelEMA) -> None:
         """The EMA weights and update count from the interrupted run's checkpoint."""
-        load_resume_state(ema.ema, self.resume_ckpt["model"], f"{self.opt.weights}: its EMA weights")
+        load_resume_state(ema.ema, self.resume_ckpt["model"], f"{self.config.weights}: its EMA weights")
         ema.updates = int(self.resume_ckpt["ema_updates"])
-
-    def _wrap_distributed(self, model: nn.Module) -> nn.Module:
-        """Under torchrun: SyncBatchNorm if asked (CUDA only) and DistributedDataParallel."""
-        if RANK == -1:
-            return model
-        cuda = self.device.type == "cuda"
-        if self.opt.sync_bn:
-            if cuda:
-                model = nn.SyncBatchNorm.convert_sync_batchnorm(model).to(self.device)
-                LOGGER.info("Using SyncBatchNorm()")
-            else:
-                LOGGER.warning("WARNING: --sync-bn needs CUDA, ignored on CPU")
-        return nn.parallel.DistributedDataParallel(
-            model, device_ids=[LOCAL_RANK] if cuda else None, output_device=LOCAL_RANK if cuda else None
-        )
 
     def _setup_precision(self, model: nn.Module, ema: ModelEMA | None, scaler_state: dict | None) -> TrainingParts:
         """Autocast dtype (checked on a sample image), GradScaler for float16, the scaled loss: the step's parts."""
-        amp_dtype = resolve_amp(self.opt.amp, self.device)
+        amp_dtype = resolve_amp(self.config.amp, self.device)
         if amp_dtype is not None:
             sample = letterbox(self.dataset.load_image(0)[0], self.imgsz, auto=False)[0]
             sample = torch.from_numpy(np.ascontiguousarray(sample.transpose(2, 0, 1)[::-1]))
@@ -577,10 +432,10 @@ class Trainer:
         scaler = torch.amp.GradScaler(self.device.type, enabled=amp_dtype == torch.float16)
         if scaler_state and scaler.is_enabled():
             scaler.load_state_dict(scaler_state)
-        self.hyp = loss_gains(self.hyp, de_parallel(model).model[-1].nl, self.nc, self.imgsz)
-        self.hyp["label_smoothing"] = self.opt.label_smoothing
-        self.compute_loss = ComputeLoss(model, self.hyp)
-        train_loss = quad_scaled(self.compute_loss) if self.opt.quad else self.compute_loss
+        gains = loss_gains(self.hyp, de_parallel(model).model[-1].nl, self.nc, self.imgsz)
+        self.loss_hyp = {**gains, "label_smoothing": self.config.label_smoothing}
+        self.loss = ComputeLoss(model, self.loss_hyp)
+        train_loss = quad_scaled(self.loss) if self.config.quad else self.loss
         return TrainingParts(model, self.optimizer, train_loss, scaler, ema, amp_dtype, WORLD_SIZE)
 
     # Per-batch helpers -----------------------------------------------------------------------------------------------
@@ -592,48 +447,12 @@ class Trainer:
         apply_warmup(self.optimizer, values)
         self.accumulate = values.accumulate
 
-    def _draw_images(self, epoch: int) -> None:
-        """--image-weights: the epoch's images, drawn on rank 0 from the latest per-class mAPs, the same on every rank
-        (the DistributedSampler then splits the drawn positions between the processes)."""
-        maps = self.validation.metrics.maps if self.validation is not None else np.zeros(self.nc)
-        drawn = [None]
-        if self.main_process:
-            rng = np.random.default_rng((self.seed, epoch))
-            drawn = [sample_indices(self.dataset.labels, self.nc, maps, rng)]
-        if RANK != -1:
-            dist.broadcast_object_list(drawn, 0)
-        self.dataset.indices = list(drawn[0])
-
-    def _prepare_images(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 batch -> 0-1 floats on the device, resized under --multi-scale, NHWC on the CPU."""
-        images = images.to(self.device, non_blocking=True).float() / 255
-        if self.opt.multi_scale:
-            size = random.randrange(int(self.imgsz * 0.5), int(self.imgsz * 1.5) + self.grid) // self.grid * self.grid
-            factor = size / max(images.shape[2:])
-            if factor != 1:
-                shape = [math.ceil(x * factor / self.grid) * self.grid for x in images.shape[2:]]
-                images = F.interpolate(images, size=shape, mode="bilinear", align_corners=False)
-        if self.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return images
-
-
-def quad_scaled(compute_loss: ComputeLoss) -> Callable:
-    """--quad trains on 4x fewer (2x larger) images per batch: the loss is scaled back up by 4, as YOLOv5 does."""
-
-    def scaled(predictions, targets):
-        loss, loss_items = compute_loss(predictions, targets)
-        return loss * 4.0, loss_items
-
-    return scaled
-
 
 def train(
-    hyp: dict,
-    opt: argparse.Namespace,
+    config: TrainConfig,
     device: torch.device,
     resume_ckpt: dict | None = None,
     callbacks: list[Callback] | None = None,
 ) -> EpochResult | None:
-    """Train per opt (see Trainer); the final validation's EpochResult on the main process, None elsewhere."""
-    return Trainer(hyp, opt, device, resume_ckpt, callbacks).train()
+    """Train per config (see Trainer); the final validation's EpochResult on the main process, None elsewhere."""
+    return Trainer(config, device, resume_ckpt, callbacks).train()

@@ -12,13 +12,10 @@ folder: `python train.py --evolve 300 --name exp --exist-ok` finds runs/evolve/e
 and trains the 180 generations left. Without --exist-ok a new folder (exp2, ...) starts a new evolution.
 """
 
-import argparse
-import copy
 import csv
 import math
-import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -26,18 +23,19 @@ import numpy as np
 import torch
 import yaml
 
-from utils.callbacks import RESULT_COLUMNS, Callback
-from utils.datasets import HYP_KEYS, HYP_OPTIONAL, load_hyp
-from utils.errors import EvolveError, TrainError
-from utils.files import RUN_MARKER, RunFolderError, is_run_dir
+from utils.data.config import HYP_KEYS, HYP_OPTIONAL
+from utils.errors import EvolveError, RunFolderError, TrainError
+from utils.eval.metrics import fitness_score
+from utils.files import REPO_ROOT, RUN_MARKER, is_run_dir
 from utils.log import LOGGER
 from utils.torch_utils import select_device
-from utils.train_options import check_options, default_hyp
-from utils.trainer import new_run_folder, train
+from utils.train.callbacks import RESULT_COLUMNS, Callback
+from utils.train.config import DEFAULT_PROJECT, TrainConfig
+from utils.train.distributed import RANK, WORLD_SIZE
+from utils.train.run_folder import new_run_folder
+from utils.train.trainer import train
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PROJECT = ROOT / "runs" / "train"  # train.py's --project default; evolutions go to runs/evolve instead
-EVOLVE_PROJECT = ROOT / "runs" / "evolve"
+EVOLVE_PROJECT = REPO_ROOT / "runs" / "evolve"  # where evolutions go when --project is the default runs/train
 CSV_NAME, YAML_NAME, PLOT_NAME = "evolve.csv", "hyp_evolve.yaml", "evolve.png"
 GENERATION_DIR = "generation"  # the latest generation's training run (its weights are deleted after it)
 
@@ -100,8 +98,8 @@ class Generation:
 
     @property
     def fitness(self) -> float:
-        """0.1 * mAP50 + 0.9 * mAP50-95, the training fitness (utils.metrics.fitness) of this row; 0 if not finite."""
-        value = 0.1 * self.metrics[2] + 0.9 * self.metrics[3]
+        """The training fitness (utils.eval.metrics.fitness_score) of this row; 0 if not finite."""
+        value = fitness_score(self.metrics[2], self.metrics[3])
         return value if math.isfinite(value) else 0.0  # a diverged generation counts as the least fit
 
 
@@ -283,7 +281,7 @@ def write_best_hyp(file: str | Path, rows: list[Generation]) -> Generation:
 def plot_evolution(rows: list[Generation], file: str | Path) -> None:
     """evolve.png: each hyperparameter against fitness; a plotting failure is only a warning."""
     try:
-        from utils import charts  # matplotlib is slow to import: only when a plot is drawn
+        from utils.eval import charts  # matplotlib is slow to import: only when a plot is drawn
 
         values = np.array([list(r.hyp.values()) for r in rows], dtype=np.float64)
         charts.plot_evolve(list(rows[0].hyp), values, np.array([r.fitness for r in rows]), file)
@@ -316,34 +314,32 @@ def evolution_folder(project: Path, name: str, exist_ok: bool) -> Path:
         raise e from None
 
 
-def check_request(opt: argparse.Namespace) -> None:
-    """Refuse what evolution cannot do (distributed training, --resume) and bad training flags; one-line TrainError."""
-    if int(os.getenv("RANK", -1)) != -1 or int(os.getenv("WORLD_SIZE", 1)) > 1:
+def check_request(config: TrainConfig) -> None:
+    """Refuse what evolution cannot do (distributed training, --resume); one-line TrainError."""
+    if RANK != -1 or WORLD_SIZE > 1:
         raise TrainError(
             "--evolve is not supported with distributed training (torch.distributed.run): run train.py as a "
             "single process, e.g. python train.py --evolve 300 --device 0"
         )
-    if not isinstance(opt.evolve, int) or isinstance(opt.evolve, bool) or opt.evolve < 1:
-        raise TrainError(f"--evolve takes a number of generations >= 1, got {opt.evolve!r}")
-    if opt.resume:
+    if not isinstance(config.evolve, int) or isinstance(config.evolve, bool) or config.evolve < 1:
+        raise TrainError(f"--evolve takes a number of generations >= 1, got {config.evolve!r}")
+    if config.resume:
         raise TrainError(
             "--evolve cannot be combined with --resume: to continue an interrupted evolution run the same --evolve "
             "command with --name <its folder> --exist-ok, which continues from that folder's evolve.csv"
         )
-    check_options(opt)  # the checks of every training run
 
 
 def train_generation(
-    hyp: dict, opt: argparse.Namespace, device: torch.device, save_dir: Path, callbacks: list[Callback] | None
+    hyp: dict, config: TrainConfig, device: torch.device, save_dir: Path, callbacks: list[Callback] | None
 ) -> Generation:
     """Train one generation in save_dir/generation (replacing the previous one, weights deleted after); its row."""
-    run_opt = copy.copy(opt)
-    run_opt.noval = run_opt.nosave = run_opt.noplots = run_opt.exist_ok = True  # only the final epoch counts
-    run_opt.resume, run_opt.evolve = False, None
-    run_opt.save_dir = str(save_dir / GENERATION_DIR)
-    shutil.rmtree(run_opt.save_dir, ignore_errors=True)  # its results.csv must hold this generation only
-    result = train(dict(hyp), run_opt, device, None, callbacks)
-    shutil.rmtree(Path(run_opt.save_dir) / "weights", ignore_errors=True)  # 300 generations of checkpoints add up
+    run_dir = save_dir / GENERATION_DIR
+    shutil.rmtree(run_dir, ignore_errors=True)  # its results.csv must hold this generation only
+    only_final = dict(noval=True, nosave=True, noplots=True, exist_ok=True)  # only the final epoch counts
+    generation = replace(config, hyp=dict(hyp), resume=False, evolve=None, save_dir=str(run_dir), **only_final)
+    result = train(generation, device, None, callbacks)
+    shutil.rmtree(run_dir / "weights", ignore_errors=True)  # 300 generations of checkpoints add up
     if result is None:
         raise EvolveError("a generation ended without a validation result")
     metrics = [result.precision, result.recall, result.map50, result.map, *result.val_losses]
@@ -365,28 +361,29 @@ def _start_message(save_dir: Path, done: int, total: int) -> str:
 
 
 def evolve(
-    opt: argparse.Namespace, callbacks: list[Callback] | None = None, rng: np.random.Generator | None = None
+    config: TrainConfig, callbacks: list[Callback] | None = None, rng: np.random.Generator | None = None
 ) -> EvolutionResult:
-    """Evolve the hyperparameters up to opt.evolve generations in project/name (continuing its evolve.csv).
+    """Evolve the hyperparameters up to config.evolve generations in project/name (continuing its evolve.csv), the
+    first generation from config.hyp.
 
     callbacks are passed to every generation's training run; rng (tests) replaces the fresh random generator."""
-    check_request(opt)
-    base = load_hyp(opt.hyp or default_hyp())
-    device = select_device(opt.device)
-    save_dir = evolution_folder(evolve_project(opt.project), opt.name, opt.exist_ok)
+    check_request(config)
+    base = dict(config.hyp)
+    device = select_device(config.device)
+    save_dir = evolution_folder(evolve_project(config.project), config.name, config.exist_ok)
     csv_file, hyp_file = save_dir / CSV_NAME, save_dir / YAML_NAME
     rows = read_evolve_csv(csv_file)
-    keys = evolvable_keys(rows[0].hyp if rows else base, opt.noautoanchor)
+    keys = evolvable_keys(rows[0].hyp if rows else base, config.noautoanchor)
     rng = rng if rng is not None else np.random.default_rng()  # fresh entropy: training reseeds NumPy's global RNG
-    LOGGER.info(_start_message(save_dir, len(rows), opt.evolve))
+    LOGGER.info(_start_message(save_dir, len(rows), config.evolve))
     done = len(rows)
-    for generation in range(done + 1, opt.evolve + 1):
-        row = train_generation(next_hyp(rows, base, keys, rng), opt, device, save_dir, callbacks)
+    for generation in range(done + 1, config.evolve + 1):
+        row = train_generation(next_hyp(rows, base, keys, rng), config, device, save_dir, callbacks)
         append_evolve_csv(csv_file, row)
         rows.append(row)
         best = write_best_hyp(hyp_file, rows)
         LOGGER.info(
-            f"Generation {generation}/{opt.evolve}: fitness {row.fitness:.5f}, best so far {best.fitness:.5f} "
+            f"Generation {generation}/{config.evolve}: fitness {row.fitness:.5f}, best so far {best.fitness:.5f} "
             f"(generation {best_generation(rows) + 1})"
         )
     best = write_best_hyp(hyp_file, rows)

@@ -7,7 +7,7 @@ on_train_start -> per epoch: on_epoch_start, on_batch_end per batch, on_epoch_en
 on_checkpoint_saved per file -> on_train_end.
 
 The default loggers, in calling order: ResultsCsv (results.csv), Plots (images, unless --noplots), TensorBoard
-(event files in the run folder, see utils.tensorboard_logger; nothing when tensorboard is not installed), Console.
+(event files in the run folder, see utils.train.tensorboard_logger; nothing when tensorboard is not installed), Console.
 """
 
 import csv
@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from utils.log import LOGGER
+from utils.eval.validate import ValidationResult
+from utils.log import LOGGER, PROGRESS_BAR
 from utils.plots import save_batch_plot
-from utils.tensorboard_logger import TensorBoardRun, open_tensorboard
+from utils.train.tensorboard_logger import TensorBoardRun, open_tensorboard
 
 RESULT_COLUMNS = [
     "epoch",
@@ -70,6 +71,17 @@ class EpochResult:
         """The values of a results.csv row, in RESULT_COLUMNS order."""
         metrics = [self.precision, self.recall, self.map50, self.map]
         return [self.epoch, *self.train_losses, *metrics, *self.val_losses, *self.lrs]
+
+
+def epoch_result(
+    epoch: int, train_losses: list[float], lrs: list[float], validation: ValidationResult | None
+) -> EpochResult:
+    """An epoch's EpochResult from its training losses, lrs and validation (zeros where there is none yet)."""
+    if validation is None:
+        return EpochResult(epoch, train_losses, 0.0, 0.0, 0.0, 0.0, [0.0, 0.0, 0.0], lrs, 0.0)
+    m = validation.metrics
+    losses = [float(x) for x in validation.losses]
+    return EpochResult(epoch, train_losses, m.mp, m.mr, m.map50, m.map, losses, lrs, validation.fitness)
 
 
 class Callback:
@@ -152,9 +164,9 @@ class ResultsCsv(Callback):
 
 
 def _plot(name: str, *args) -> None:
-    """Call a plotting function of utils.charts; a failure is only a warning."""
+    """Call a plotting function of utils.eval.charts; a failure is only a warning."""
     try:
-        from utils import charts
+        from utils.eval import charts
 
         getattr(charts, name)(*args)
     except Exception as e:  # a plot must never stop training
@@ -227,7 +239,7 @@ class Console(Callback):
 
     def on_epoch_start(self, trainer, epoch: int) -> None:
         LOGGER.info(("\n" + "%11s" * 7) % ("Epoch", "GPU_mem", "box_loss", "obj_loss", "cls_loss", "Instances", "Size"))
-        self.bar = tqdm(total=len(trainer.train_loader), bar_format="{l_bar}{bar:10}{r_bar}")
+        self.bar = tqdm(total=len(trainer.train_loader), bar_format=PROGRESS_BAR)
 
     def on_batch_end(self, trainer, batch: BatchEnd) -> None:
         device = trainer.device

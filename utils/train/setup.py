@@ -2,18 +2,23 @@
 the learning-rate schedule and early stopping. Each is usable on its own (tests, scripts/gpu_check.py, benchmarks).
 """
 
-import argparse
 import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from models.checkpoint import load_checkpoint
 from models.yolo import Model
-from utils.downloads import DownloadError, attempt_download_weights
-from utils.errors import TrainError
-from utils.log import LOGGER
+from utils.data.config import load_data_config
+from utils.data.dataset import LoadImagesAndLabels
+from utils.data.loader import create_dataloader
+from utils.downloads import attempt_download_weights
+from utils.errors import DownloadError, TrainError
+from utils.log import LOGGER, one_line
+from utils.train.config import TrainConfig
+from utils.train.distributed import LOCAL_RANK, WORLD_SIZE
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Model, weights and image size
@@ -25,7 +30,7 @@ def intersect_state_dicts(src: dict, dst: dict, exclude: tuple[str, ...] = ()) -
 
 
 def build_model(
-    opt: argparse.Namespace, nc: int, hyp: dict, device: torch.device, resume_ckpt: dict | None = None
+    config: TrainConfig, nc: int, hyp: dict, device: torch.device, resume_ckpt: dict | None = None
 ) -> Model:
     """The model to train: from --cfg, from --weights with every matching tensor transferred, or resumed."""
     anchors = round(hyp.get("anchors") or 0) or None  # as YOLOv5: rounded, and 0 keeps the config's anchors
@@ -33,24 +38,24 @@ def build_model(
         saved_nc = resume_ckpt["yaml"].get("nc")
         if saved_nc != nc:
             raise TrainError(
-                f"{opt.weights} cannot be resumed: it was trained for {saved_nc} classes but {opt.data} "
-                f"now has {nc}; start a new run with --weights {opt.weights}"
+                f"{config.weights} cannot be resumed: it was trained for {saved_nc} classes but {config.data} "
+                f"now has {nc}; start a new run with --weights {config.weights}"
             )
         model = _make_model(resume_ckpt["yaml"], nc, None)
-        load_resume_state(model, resume_ckpt["train_model"], f"{opt.weights}: its training weights")
+        load_resume_state(model, resume_ckpt["train_model"], f"{config.weights}: its training weights")
         return model.to(device)
-    if not opt.weights:
-        if not opt.cfg:
+    if not config.weights:
+        if not config.cfg:
             raise TrainError("give --cfg (e.g. yolov5s.yaml) to train from scratch, or --weights to fine-tune")
-        return _make_model(opt.cfg, nc, anchors).to(device)
+        return _make_model(config.cfg, nc, anchors).to(device)
     try:
-        path = attempt_download_weights(opt.weights)
+        path = attempt_download_weights(config.weights)
     except DownloadError as e:
         raise TrainError(str(e)) from None
     ckpt = load_checkpoint(path)
-    model = _make_model(opt.cfg or ckpt["yaml"], nc, anchors)
+    model = _make_model(config.cfg or ckpt["yaml"], nc, anchors)
     # Anchors come from the checkpoint unless the user chose a config or anchor count of their own.
-    exclude = ("anchor",) if opt.cfg or anchors else ()
+    exclude = ("anchor",) if config.cfg or anchors else ()
     model_state = model.state_dict()
     matched = intersect_state_dicts(ckpt["model"], model_state, exclude)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in matched.items()}, strict=False)
@@ -105,7 +110,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, last: st
             None,
         )
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        problem = " ".join(str(e).split())
+        problem = one_line(e)
     if problem:
         raise TrainError(
             f"{last}: its optimizer state does not fit the model (a checkpoint of another model?): {problem}"
@@ -120,7 +125,7 @@ def _make_model(cfg, nc: int, anchors: int | None) -> Model:
         raise TrainError(str(e)) from None
     except (KeyError, ValueError, TypeError, IndexError) as e:
         where = "" if isinstance(cfg, dict) else f" {cfg}"
-        raise TrainError(f"unusable model config{where}: {' '.join(str(e).split())}") from None
+        raise TrainError(f"unusable model config{where}: {one_line(e)}") from None
 
 
 def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
@@ -225,3 +230,66 @@ class EarlyStopping:
 def all_finite(model: nn.Module) -> bool:
     """True when every floating-point weight and buffer is finite."""
     return all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Loaders
+
+
+def build_train_loader(
+    config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int, seed: int
+) -> tuple[DataLoader, LoadImagesAndLabels]:
+    """The augmented training loader (this process's share of the batch) and its dataset."""
+    return create_dataloader(
+        path,
+        imgsz,
+        batch_size // WORLD_SIZE,
+        grid,
+        config.single_cls,
+        hyp=dict(hyp),
+        augment=True,
+        cache=None if config.cache == "val" else config.cache,
+        rect=config.rect,
+        rank=LOCAL_RANK,
+        workers=config.workers,
+        shuffle=True,
+        seed=seed,
+        prefix="train: ",
+        nc=nc,
+        require_labels=True,
+        image_weights=config.image_weights,
+        quad=config.quad,
+    )
+
+
+def build_val_loader(
+    config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int
+) -> DataLoader:
+    """The main process's validation loader: rectangular batches with half a stride of padding, as test.py's."""
+    return create_dataloader(
+        path,
+        imgsz,
+        batch_size,
+        grid,
+        config.single_cls,
+        hyp=dict(hyp),
+        cache=None if config.noval else config.cache,
+        rect=True,
+        rank=-1,
+        workers=config.workers * 2,
+        pad=0.5,
+        prefix="val: ",
+        nc=nc,
+    )[0]
+
+
+def training_data(config: TrainConfig) -> tuple[dict, int, list[str]]:
+    """The data YAML's config, class count and names for training (--single-cls: one class); TrainError without
+    both a train and a val split."""
+    data = load_data_config(config.data)
+    if not data.get("train") or not data.get("val"):
+        raise TrainError(f"{config.data} needs both 'train' and 'val' splits for training")
+    names = data["names"]
+    if config.single_cls:
+        return data, 1, ["item"] if len(names) != 1 else names
+    return data, int(data["nc"]), names

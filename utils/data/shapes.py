@@ -16,12 +16,13 @@ import cv2
 import numpy as np
 
 from utils.errors import ShapesError
+from utils.files import REPO_ROOT
 
 CLASSES = ("circle", "square", "triangle", "star", "cross")
 # BGR base colour of each class: red, green, blue, white, magenta. Per-object jitter stays well apart from the
 # other classes (a first version with yellow stars had them confused with green squares after a short training).
 COLORS = ((40, 40, 220), (40, 200, 40), (220, 80, 30), (235, 235, 235), (210, 40, 210))
-DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "shapes"
+DEFAULT_ROOT = REPO_ROOT.parent / "datasets" / "shapes"  # beside the checkout, as YOLOv5 keeps datasets
 N_TRAIN, N_VAL, IMG_SIZE, SEED = 400, 60, 256, 0
 
 
@@ -155,7 +156,7 @@ def write_data_yaml(root: str | Path, file: str | Path) -> Path:
 
 
 def main() -> int:
-    """Command line: python -m utils.shapes [--root DIR] [--n-train N] [--n-val N] [--img SIZE] [--seed S]."""
+    """Command line: python -m utils.data.shapes [--root DIR] [--n-train N] [--n-val N] [--img SIZE] [--seed S]."""
     ap = argparse.ArgumentParser(description="Generate the synthetic shapes detection dataset")
     ap.add_argument("--root", default=str(DEFAULT_ROOT), help="output folder (absent or empty)")
     ap.add_argument("--n-train", type=int, default=N_TRAIN)

@@ -10,6 +10,7 @@ import random
 import numpy as np
 
 from utils.errors import ImageWeightsError
+from utils.train.distributed import MAIN_PROCESS, from_main_process
 
 
 def _first_column(rows: np.ndarray) -> np.ndarray:
@@ -64,3 +65,12 @@ def sample_indices(
     if isinstance(rng, np.random.Generator):
         return rng.choice(n, size=n, replace=True, p=weights / total).tolist()
     return rng.choices(range(n), weights=weights.tolist(), k=n)
+
+
+def draw_epoch_images(labels: list[np.ndarray], nc: int, maps: np.ndarray, seed: int, epoch: int) -> list[int]:
+    """The epoch's image indices, drawn on the main process from the latest per-class mAPs (seeded by run and epoch),
+    the same on every process: the DistributedSampler then splits the drawn positions between them."""
+    drawn = None
+    if MAIN_PROCESS:
+        drawn = sample_indices(labels, nc, maps, np.random.default_rng((seed, epoch)))
+    return list(from_main_process(drawn))

@@ -16,16 +16,15 @@ from models.backends import load_exported
 from models.ensemble import load_models
 from models.export_metadata import is_backend_path
 from models.tta import TTAModel
-from utils.augment import check_img_size
-from utils.coco_json import JsonGroundTruth, load_json_ground_truth
-from utils.datasets import create_dataloader, list_image_files, load_data_config
-from utils.files import reserve_run_dir
-from utils.log import LOGGER, one_line
-from utils.metrics import DetectionMetrics, MetricsError, evaluate_coco_json, format_coco_stats
-from utils.outputs import clear_stale_labels
-from utils.torch_utils import prepare_for_inference, select_device
-from utils.validate import (
-    TestError,
+from utils.data.augment import check_img_size
+from utils.data.config import load_data_config
+from utils.data.loader import create_dataloader
+from utils.data.verify import list_image_files
+from utils.errors import MetricsError, TestError
+from utils.eval.coco_io import evaluate_coco_json, format_coco_stats
+from utils.eval.coco_json import JsonGroundTruth, load_json_ground_truth
+from utils.eval.metrics import DetectionMetrics
+from utils.eval.validate import (
     ValidationOptions,
     ValidationResult,
     check_outside_dataset,
@@ -33,6 +32,10 @@ from utils.validate import (
     make_folder,
     write_results_json,
 )
+from utils.files import reserve_run_dir
+from utils.infer.outputs import clear_stale_labels
+from utils.log import LOGGER, one_line
+from utils.torch_utils import prepare_for_inference, select_device
 
 TASKS = ("train", "val", "test", "speed")
 
@@ -68,20 +71,15 @@ def run(
     Writes results.json (and, as asked, plots, labels/, predictions.json) into project/name. Raises
     DatasetError, CheckpointError, DownloadError, DeviceError, MetricsError or TestError, each one line.
     """
-    if task not in TASKS:
-        raise TestError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    data, split = _task_data(task, data)
     if task == "speed":  # YOLOv5's speed benchmark: the val split, square images, usual detection thresholds
         conf_thres, iou_thres, save_json, plots, save_txt = 0.25, 0.45, False, False, False
-    data = data if isinstance(data, dict) else load_data_config(data)
-    split = "val" if task == "speed" else task
-    _count_images(data, split)  # a missing or empty split fails before any weights are loaded
     model, device, autocast, channels_last = _load_model(weights, device, half, bf16, augment)
     nc = 1 if single_cls else _check_classes(model, data)
     stride = max(int(model.stride.max()), 32)
     imgsz, batch_size, square = _input_plan(model, check_img_size(imgsz, stride), batch_size, task)
     loader = _validation_loader(data, split, square, imgsz, batch_size, stride, single_cls, workers, nc)
-    save_dir = _reserve(project, name, exist_ok)
-    check_outside_dataset(save_dir, loader.dataset)
+    save_dir = _output_folder(project, name, exist_ok, save_txt, loader.dataset)
     options = ValidationOptions(
         conf_thres=conf_thres,
         iou_thres=iou_thres,
@@ -98,13 +96,32 @@ def run(
         autocast=autocast,
         channels_last=channels_last,
     )
-    make_folder(save_dir / "labels" if save_txt else save_dir)
-    if save_txt:  # labels/ then holds this run's labels only
-        clear_stale_labels(save_dir / "labels", set())
     _warm_up(model, device, imgsz, options)
     result = evaluate(model, loader, list(data["names"]), options=options)
     _save_results(save_dir, result, save_txt)
     return result
+
+
+def _task_data(task: str, data: str | Path | dict) -> tuple[dict, str]:
+    """The data config and the split a --task scores; TestError for an unknown task, DatasetError for a missing or
+    empty split (before any weights are loaded)."""
+    if task not in TASKS:
+        raise TestError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    data = data if isinstance(data, dict) else load_data_config(data)
+    split = "val" if task == "speed" else task
+    _count_images(data, split)
+    return data, split
+
+
+def _output_folder(project: str | Path, name: str, exist_ok: bool, save_txt: bool, dataset) -> Path:
+    """project/name reserved for this run, checked to hold no dataset file, with an empty labels/ for --save-txt
+    (so that it holds this run's labels only)."""
+    save_dir = _reserve(project, name, exist_ok)
+    check_outside_dataset(save_dir, dataset)
+    make_folder(save_dir / "labels" if save_txt else save_dir)
+    if save_txt:
+        clear_stale_labels(save_dir / "labels", set())
+    return save_dir
 
 
 def _save_results(save_dir: Path, result: ValidationResult, save_txt: bool) -> None:

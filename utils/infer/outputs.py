@@ -16,11 +16,12 @@ import cv2
 import numpy as np
 import torch
 
-from utils.files import RunFolderError, increment_path, is_run_dir
+from utils.errors import DetectError, RunFolderError
+from utils.files import increment_path, is_run_dir
+from utils.infer.predict import Prediction
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER
 from utils.plots import Annotator, colors, imwrite, save_one_box
-from utils.predict import DetectError, Prediction
 
 
 @dataclass

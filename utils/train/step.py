@@ -5,6 +5,8 @@ backward, and (when an update is due) unscale, gradient clipping, optimizer step
 warmup_values() and loss_gains() are pure functions of their arguments.
 """
 
+import math
+import random
 from collections.abc import Callable
 from contextlib import nullcontext
 from copy import deepcopy
@@ -14,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn import functional as F  # noqa: N812
 
 from utils.log import LOGGER
 from utils.torch_utils import ModelEMA, cpu_supports_bf16, de_parallel
@@ -116,7 +119,7 @@ class TrainingParts:
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    compute_loss: Callable
+    train_loss: Callable  # (predictions, targets) -> (loss to minimise, loss items)
     scaler: torch.amp.GradScaler
     ema: ModelEMA | None = None
     amp_dtype: torch.dtype | None = None
@@ -144,7 +147,7 @@ def train_step(parts: TrainingParts, images: torch.Tensor, targets: torch.Tensor
     """Forward and backward one batch; with update, also clip, step the optimizer and update the EMA."""
     amp = parts.amp_dtype
     with torch.autocast(images.device.type, dtype=amp) if amp is not None else nullcontext():
-        loss, loss_items = parts.compute_loss(parts.model(images), targets)
+        loss, loss_items = parts.train_loss(parts.model(images), targets)
         if parts.world_size > 1:
             loss = loss * parts.world_size  # DDP averages gradients across processes
     if not _all_finite_across_ranks(loss, parts.world_size):
@@ -165,3 +168,30 @@ def train_step(parts: TrainingParts, images: torch.Tensor, targets: torch.Tensor
         result.stepped, result.skipped = False, "gradient"
     parts.optimizer.zero_grad()
     return result
+
+
+def prepare_images(
+    images: torch.Tensor, device: torch.device, imgsz: int, grid: int, multi_scale: bool, channels_last: bool
+) -> torch.Tensor:
+    """A loader's uint8 batch as 0-1 floats on the device, resized to a random multiple of grid in [0.5, 1.5] x imgsz
+    under --multi-scale, NHWC on the CPU."""
+    images = images.to(device, non_blocking=True).float() / 255
+    if multi_scale:
+        size = random.randrange(int(imgsz * 0.5), int(imgsz * 1.5) + grid) // grid * grid
+        factor = size / max(images.shape[2:])
+        if factor != 1:
+            shape = [math.ceil(x * factor / grid) * grid for x in images.shape[2:]]
+            images = F.interpolate(images, size=shape, mode="bilinear", align_corners=False)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images
+
+
+def quad_scaled(compute_loss: Callable) -> Callable:
+    """--quad trains on 4x fewer (2x larger) images per batch: the loss is scaled back up by 4, as YOLOv5 does."""
+
+    def scaled(predictions, targets):
+        loss, loss_items = compute_loss(predictions, targets)
+        return loss * 4.0, loss_items
+
+    return scaled

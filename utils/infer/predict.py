@@ -3,7 +3,7 @@
 detect.py is a command line over it and models.detector.Detector (the Python API) calls the same predict(), so the
 two cannot drift apart; any model that maps a (1, 3, H, W) tensor to raw predictions can be the backend. Loading
 weights is models.detector.load_detector's concern, so this module imports nothing from models.
-Outputs (files, windows) are utils.outputs' concern, not this module's.
+Outputs (files, windows) are utils.infer.outputs' concern, not this module's.
 """
 
 import argparse
@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from utils.augment import check_img_size
 from utils.boxes import end2end_detections, non_max_suppression, scale_boxes
 from utils.cli import float_in, int_in
+from utils.data.augment import check_img_size
 from utils.errors import DetectError
-from utils.log import LOGGER
-from utils.sources import Source, load_sources
+from utils.infer.sources import Source, load_sources
+from utils.log import LOGGER, speed_line
 from utils.torch_utils import time_sync
 
 # Valid range of each numeric detection option: one table for detect.py's argparse types and for check_options,
@@ -196,11 +196,7 @@ class Predictor:
 
     def speed_line(self) -> str:
         """The speed line, at the real input shapes."""
-        pre, inference, nms = self.speed_ms
-        return (
-            f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at "
-            f"{shapes_text(self.shapes)}"
-        )
+        return speed_line(self.speed_ms, shapes_text(self.shapes))
 
     def preprocess(self, im: np.ndarray) -> torch.Tensor:
         """CHW RGB uint8 array -> (1, 3, H, W) tensor in [0, 1] on the device, in the model's precision and layout."""

@@ -12,11 +12,10 @@ from pathlib import Path
 import torch
 
 from models.checkpoint import load_checkpoint
-from utils.datasets import HYP_KEYS
-from utils.errors import YoloError
+from utils.data.config import HYP_KEYS
+from utils.errors import TrainError, YoloError
 from utils.files import RUN_MARKER, is_run_dir
 from utils.log import LOGGER
-from utils.train_setup import TrainError
 
 
 def find_resume_checkpoint(resume, project: str | Path) -> tuple[Path, dict | None]:

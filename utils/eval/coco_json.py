@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.errors import MetricsError
+from utils.eval.coco_io import COCO80_NAMES, COCO80_TO_91, CocoGroundTruth, load_coco_ground_truth
 from utils.log import LOGGER
-from utils.metrics import COCO80_NAMES, COCO80_TO_91, CocoGroundTruth, MetricsError, load_coco_ground_truth
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from utils.augment import letterbox
+from utils.data.augment import letterbox
 from utils.downloads import cached_download, is_url, url_filename
 from utils.errors import SourceError
 from utils.images import IMG_FORMATS, VID_FORMATS, list_files, read_image_checked, suffix

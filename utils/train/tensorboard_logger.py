@@ -1,8 +1,8 @@
 """TensorBoard event files for a training run: scalars per epoch, the model graph, batch mosaics and final plots.
 
 tensorboard is optional: without it, open_tensorboard() says so once and returns None, and training goes on.
-The Trainer's hooks for it are in utils.callbacks.TensorBoard; this module knows nothing of the Trainer, so that
-utils.callbacks imports it without an import cycle.
+The Trainer's hooks for it are in utils.train.callbacks.TensorBoard; this module knows nothing of the Trainer, so that
+utils.train.callbacks imports it without an import cycle.
 """
 
 import contextlib

@@ -9,7 +9,8 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
-from utils.metrics import RECALL_THRESHOLDS, DetectionMetrics, smooth
+from utils.eval.coco_protocol import RECALL_THRESHOLDS, smooth
+from utils.eval.metrics import DetectionMetrics
 
 MAX_CLASS_LEGEND = 20  # above this many classes, per-class curves are drawn grey and unlabelled
 DPI = 150

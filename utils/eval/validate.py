@@ -2,7 +2,7 @@
 
 The model is used as given: its device, precision and layout stay, its train/eval mode is restored afterwards.
 Loading weights, the precision policy and building the loader belong to the caller: test.py does them through
-utils/validate_weights.py, train.py passes its EMA model and validation loader. The numbers are the COCO
+utils/eval/validate_weights.py, train.py passes its EMA model and validation loader. The numbers are the COCO
 protocol's (AP at IoU 0.50:0.95, 0.50, ...), computed in memory; P and R are YOLOv5's, at the confidence of
 maximal mean F1.
 """
@@ -17,25 +17,20 @@ import torch
 from tqdm import tqdm
 
 from utils.boxes import end2end_detections, non_max_suppression, scale_boxes, xywh2xyxy, xyxy2xywh
-from utils.charts import plot_evaluation
-from utils.coco_json import (
+from utils.errors import MetricsError, TestError
+from utils.eval.charts import plot_evaluation
+from utils.eval.coco_io import format_coco_stats, pycocotools_stats
+from utils.eval.coco_json import (
     JsonGroundTruth,
     check_json_sizes,
     coco_category_ids,
     image_ids_for,
     load_json_ground_truth,
 )
-from utils.errors import TestError
+from utils.eval.evaluator import CocoEvaluator
+from utils.eval.metrics import DetectionMetrics, fitness
 from utils.labels import write_yolo_labels
-from utils.log import LOGGER, one_line
-from utils.metrics import (
-    CocoEvaluator,
-    DetectionMetrics,
-    MetricsError,
-    fitness,
-    format_coco_stats,
-    pycocotools_stats,
-)
+from utils.log import LOGGER, PROGRESS_BAR, one_line, speed_line
 from utils.plots import save_batch_plot
 from utils.torch_utils import time_sync
 
@@ -186,7 +181,7 @@ class _Run:
     def all_batches(self, dataloader, compute_loss) -> list[float]:
         """Run every batch; the mean (box, obj, cls) loss per batch (zeros without compute_loss)."""
         loss = torch.zeros(3, device=self.device)
-        bar = tqdm(dataloader, desc=TABLE_HEADER, bar_format="{l_bar}{bar:10}{r_bar}", disable=not self.opts.verbose)
+        bar = tqdm(dataloader, desc=TABLE_HEADER, bar_format=PROGRESS_BAR, disable=not self.opts.verbose)
         for batch_i, (im, targets, paths, shapes) in enumerate(bar):
             im, targets, output, train_out = self.batch(im, targets)
             if compute_loss is not None:
@@ -305,12 +300,8 @@ def _print_report(metrics: DetectionMetrics, seen: int, speed, opts: ValidationO
                 row % (m.names[c], m.class_images[c], m.instances[c], m.precision[c], m.recall[c], m.ap50[c], m.ap[c])
             )
     if opts.verbose:
-        pre, inference, nms = speed
         size = dataloader.dataset.img_size
-        LOGGER.info(
-            f"Speed: {pre:.1f}ms pre-process, {inference:.1f}ms inference, {nms:.1f}ms NMS per image at "
-            f"shape ({dataloader.batch_size}, 3, {size}, {size})"
-        )
+        LOGGER.info(speed_line(speed, f"shape ({dataloader.batch_size}, 3, {size}, {size})"))
         LOGGER.info(f"COCO protocol (faster-coco-eval):\n{format_coco_stats(m.stats)}")
 
 

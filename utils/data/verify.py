@@ -1,0 +1,215 @@
+"""Listing a split's images and checking each image with its label file: readable, large enough, boxes in range,
+nothing that is not a regular file read.
+"""
+
+import io
+import math
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+
+from utils.errors import DatasetError
+from utils.images import (
+    IMG_FORMATS,
+    MAX_IMAGE_BYTES,
+    TRUNCATED_JPEG,
+    decode_image,
+    file_kind,
+    image_info,
+    is_image_file,
+    jpeg_truncated,
+    list_files,
+    read_regular_file,
+    suffix,
+)
+from utils.log import LOGGER, one_line
+
+try:  # Pillow comes with matplotlib; used only to read image headers (size, EXIF) when verifying
+    from PIL import Image, UnidentifiedImageError
+except ImportError:  # pragma: no cover - verification falls back to a full OpenCV decode
+    Image = None
+
+
+MIN_SIZE = 10  # images smaller than this (px) on any side are rejected
+
+OVERSHOOT = 0.01  # normalised coordinates this far outside [0, 1] are clipped; further is an error
+
+MAX_LABEL_BYTES = 10 << 20  # a label file this large (~300k boxes for one image) is not a label file
+
+MAX_LIST_BYTES = 256 << 20  # a split's .txt list of images (~2.5M paths)
+
+
+def img2label_paths(img_paths: list[str]) -> list[str]:
+    """Label file of each image: the last '/images/' path component becomes '/labels/', the extension '.txt'."""
+    sa, sb = f"{os.sep}images{os.sep}", f"{os.sep}labels{os.sep}"
+    return [os.path.splitext(sb.join(p.rsplit(sa, 1)))[0] + ".txt" for p in img_paths]
+
+
+def _listed_images(list_file: Path, prefix: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The image paths of a split's .txt list (one per line, relative to the list's folder), bounded in size, and
+    the (path, reason) of listed FIFOs, devices and sockets, named as listed (a link to /dev/zero by its name)."""
+    try:
+        text = read_regular_file(list_file, MAX_LIST_BYTES).decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise DatasetError(f"{prefix}cannot read image list {list_file}: {getattr(e, 'strerror', None) or e}") from None
+    files, skipped = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if "\0" in line:  # pathlib cannot even resolve it
+            raise DatasetError(f"{prefix}{list_file} line {n}: not a file path (NUL character)")
+        if line:
+            absolute = Path(line).is_absolute()
+            f = Path(line) if absolute else list_file.parent / line
+            kind = _special_file(str(f))
+            if kind:
+                skipped.append((str(f), f"{kind}, not a regular file: skipped"))
+            else:
+                files.append(str(f if absolute else f.resolve()))
+    return files, skipped
+
+
+def _special_file(path: str) -> str | None:
+    """What a listed path is when it exists but is not a regular file or folder (a FIFO, /dev/zero...), else None.
+    Such files would block or never end when read, so they are skipped before anything opens them."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None  # missing: reported as corrupt by the label check, as any unreadable image
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else file_kind(mode)
+
+
+def list_image_files(path, prefix: str = "") -> list[str]:
+    """Image files of a split: a folder (searched recursively, symlinked subfolders followed once), a .txt list of
+    images, an image, or a list. FIFOs, devices and sockets are skipped with a warning, never opened."""
+    files, skipped, found = [], [], []
+    for p in path if isinstance(path, (list, tuple)) else [path]:
+        p = Path(p)
+        if p.is_dir():
+            files += list_files(p, recursive=True, skipped=found)
+        elif p.suffix.lower() == ".txt" and p.exists():
+            listed, special = _listed_images(p, prefix)
+            files += listed
+            skipped += special  # listed by name: always worth a word, whatever the name
+        elif p.is_file():
+            files.append(str(p))
+        elif p.exists():
+            raise DatasetError(f"{prefix}{p} is {file_kind(p.stat().st_mode)}, not an image, a folder or a .txt list")
+        else:
+            raise DatasetError(f"{prefix}{p} does not exist")
+    # found in a folder: only what looks like an image (a socket beside the images is no news), links, subfolders
+    skipped += [(f, why) for f, why in found if is_image_file(f) or "symbolic link" in why or "folder" in why]
+    for f, reason in skipped:
+        LOGGER.warning(f"{prefix}WARNING: {f}: {reason}")
+    images = sorted(f for f in files if is_image_file(f))
+    if not images:
+        raise DatasetError(f"{prefix}no images found in {path} (formats: {', '.join(IMG_FORMATS)})")
+    return images
+
+
+def _image_size(file: str) -> tuple[int, int]:
+    """(w, h) of an image as read_image will return it (EXIF orientation applied, from the same header reading);
+    raises ValueError for a special, oversized, unreadable or truncated file."""
+    raw = read_regular_file(file, MAX_IMAGE_BYTES)
+    if Image is None:  # pragma: no cover - a full decode
+        im, reason = decode_image(raw, suffix(file))
+        if im is None:
+            raise ValueError(reason)
+        return im.shape[1], im.shape[0]
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            im.verify()  # checks the data, not only the header
+        info = image_info(raw)
+    except UnidentifiedImageError:
+        raise ValueError("not an image or unsupported format") from None
+    except ValueError:
+        raise
+    except Exception as e:  # Pillow raises many types for damaged files
+        raise ValueError(f"unreadable image ({one_line(e)})"[:300]) from None
+    if info.format in ("JPEG", "MPO") and jpeg_truncated(raw):
+        raise ValueError(TRUNCATED_JPEG)
+    return info.size
+
+
+def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, str]:
+    """Rows [cls, cx, cy, w, h] of a YOLO label file and a warning ('' if clean); raises ValueError if malformed.
+    Polygon rows (cls x1 y1 x2 y2 x3 y3 ...) become their enclosing box. Files over MAX_LABEL_BYTES are refused
+    before they are read."""
+    # -sig: a byte-order mark (Windows editors) is not data
+    text = read_regular_file(file, MAX_LABEL_BYTES).decode("utf-8-sig")
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 5 and (len(parts) < 7 or len(parts) % 2 == 0):
+            raise ValueError(f"line {n}: labels need 5 columns (class cx cy w h), found {len(parts)}")
+        try:
+            values = [float(v) for v in parts]
+        except ValueError:
+            raise ValueError(f"line {n}: non-numeric value in '{line.strip()}'"[:300]) from None
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(f"line {n}: non-finite value in '{line.strip()}'"[:300])
+        cls = values[0]
+        if cls != int(cls) or not 0 <= cls < nc:
+            raise ValueError(f"line {n}: class {parts[0]} is not an integer in [0, {nc})"[:300])
+        coords = values[1:]
+        if min(coords) < -OVERSHOOT or max(coords) > 1 + OVERSHOOT:
+            raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {' '.join(parts[1:])}"[:300])
+        if len(coords) > 4:  # polygon -> box
+            xs, ys = coords[0::2], coords[1::2]
+            x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
+        else:
+            cx, cy, w, h = coords
+            x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
+        rows.append((cls, x1, y1, x2, y2))
+    if not rows:
+        return np.zeros((0, 5), np.float32), ""
+    return _clean_boxes(np.array(rows, dtype=np.float64))
+
+
+def _clean_boxes(xyxy: np.ndarray) -> tuple[np.ndarray, str]:
+    """[cls, x1, y1, x2, y2] rows clipped to the image, zero-size and duplicate boxes dropped, as [cls, cx, cy, w, h]
+    float32, with a note of what was dropped."""
+    notes = []
+    edges = xyxy[:, 1:]
+    if (edges < 0).any() or (edges > 1).any():
+        np.clip(edges, 0, 1, out=edges)  # boxes overshooting the image edge are cut at it
+    degenerate = (xyxy[:, 3] <= xyxy[:, 1]) | (xyxy[:, 4] <= xyxy[:, 2])
+    if degenerate.any():
+        notes.append(f"{int(degenerate.sum())} zero-size box(es) removed")
+        xyxy = xyxy[~degenerate]
+    labels = np.empty((len(xyxy), 5), np.float32)
+    labels[:, 0] = xyxy[:, 0]
+    labels[:, 1] = (xyxy[:, 1] + xyxy[:, 3]) / 2
+    labels[:, 2] = (xyxy[:, 2] + xyxy[:, 4]) / 2
+    labels[:, 3] = xyxy[:, 3] - xyxy[:, 1]
+    labels[:, 4] = xyxy[:, 4] - xyxy[:, 2]
+    _, first = np.unique(labels, axis=0, return_index=True)
+    if len(first) < len(labels):
+        notes.append(f"{len(labels) - len(first)} duplicate label(s) removed")
+        labels = labels[np.sort(first)]
+    return labels, "; ".join(notes)
+
+
+def verify_image_label(im_file: str, lb_file: str, nc: int) -> tuple[str, np.ndarray | None, tuple, str, str]:
+    """Check one image and its label file: (im_file, labels or None if corrupt, (w, h), warning, status).
+    status is 'ok', 'background' (no or empty label file) or 'corrupt'."""
+    try:
+        w, h = _image_size(im_file)
+        if w < MIN_SIZE or h < MIN_SIZE:
+            raise ValueError(f"image is {w}x{h}, smaller than {MIN_SIZE} px on a side")
+        if os.path.exists(lb_file) and not os.path.isfile(lb_file):
+            raise ValueError(f"label path {lb_file} is not a file")
+        if not os.path.isfile(lb_file):
+            return im_file, np.zeros((0, 5), np.float32), (w, h), "", "background"
+        size = os.path.getsize(lb_file)
+        if size > MAX_LABEL_BYTES:
+            raise ValueError(f"label file {lb_file} is {size} bytes, more than {MAX_LABEL_BYTES}: not read")
+        labels, note = _parse_labels(lb_file, nc)
+        return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
+    except UnicodeDecodeError:
+        return im_file, None, (0, 0), f"label file {lb_file} is not UTF-8 text", "corrupt"
+    except (OSError, ValueError) as e:
+        return im_file, None, (0, 0), one_line(e), "corrupt"
