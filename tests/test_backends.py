@@ -78,6 +78,7 @@ def _assert_same_detections(model, backend, x: torch.Tensor) -> None:
     torch.testing.assert_close(b[:, :4], a[:, :4], atol=0.5, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", list(PACKAGES))
 def test_static_export_matches_pytorch_and_carries_metadata(static_exports, shared, fmt):
     backend = load_backend(_backend_path(static_exports, fmt), "cpu")
@@ -92,6 +93,7 @@ def test_static_export_matches_pytorch_and_carries_metadata(static_exports, shar
         backend(torch.zeros(1, 3, 96, 128))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", list(PACKAGES))
 def test_dynamic_export_takes_rectangular_inputs(dynamic_exports, shared, fmt):
     backend = load_backend(_backend_path(dynamic_exports, fmt), "cpu")
@@ -100,6 +102,7 @@ def test_dynamic_export_takes_rectangular_inputs(dynamic_exports, shared, fmt):
     _assert_same_detections(model, backend, _input(shared, (128, 128), auto=True))  # 128x96 rectangle
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", list(PACKAGES))
 def test_detect_main_with_an_export(static_exports, shared, tmp_path, fmt, log):
     path = _backend_path(static_exports, fmt)
@@ -111,6 +114,7 @@ def test_detect_main_with_an_export(static_exports, shared, tmp_path, fmt, log):
     assert "(1, 3, 128, 128)" in log.text  # square input, although bus.jpg is not square
 
 
+@pytest.mark.slow
 def test_detect_with_pt_and_static_export_give_the_same_labels(static_exports, shared, tmp_path):
     source = str(shared / "images/zidane.jpg")
     common = ["--source", source, "--img-size", "128", "--save-txt", "--nosave", "--project", str(tmp_path)]
@@ -129,6 +133,7 @@ def _data_yaml(tmp_path: Path, shared: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exports", ["static_exports", "dynamic_exports"])
 def test_test_main_with_an_onnx_export(request, shared, tmp_path, exports, log):
     pytest.importorskip("onnxruntime")
@@ -168,6 +173,7 @@ def test_wrong_outputs_onnx_is_refused(tmp_path):
         load_backend(path)
 
 
+@pytest.mark.slow
 def test_missing_files_and_cli_errors(static_exports, shared, tmp_path, log):
     with pytest.raises(BackendError, match="weights file not found"):
         load_backend(tmp_path / "nope.onnx")
@@ -188,6 +194,7 @@ def test_missing_files_and_cli_errors(static_exports, shared, tmp_path, log):
         log.clear()
 
 
+@pytest.mark.slow
 def test_openvino_bf16_runs_in_bfloat16_where_the_cpu_has_it(static_exports, shared, log):
     """--bf16 with an OpenVINO export asks OpenVINO for bfloat16 (float32 with a warning on CPUs without it);
     the boxes stay those of the float32 model within bfloat16's rounding."""

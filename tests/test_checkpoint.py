@@ -23,6 +23,7 @@ class _RunsShell:
         return os.system, (f"touch {self.marker}",)
 
 
+@pytest.mark.slow
 def test_round_trip_is_weights_only_fp16_and_same_outputs(tmp_path):
     torch.manual_seed(0)
     model = Model("yolov5n.yaml", nc=3).eval()
@@ -112,6 +113,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     assert load_checkpoint(path)["epoch"] == 0
 
 
+@pytest.mark.slow
 def test_import_v7_style_detection_model_pickle(tmp_path, monkeypatch):
     """A pickled models.yolo.DetectionModel with dict names and numpy fields, as YOLOv5 v7.0 writes it."""
     import numpy as np
@@ -147,6 +149,7 @@ def test_import_v7_style_detection_model_pickle(tmp_path, monkeypatch):
         torch.testing.assert_close(loaded(x)[0], model.float()(x)[0], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_derived_anchor_grid_buffer_is_ignored(tmp_path):
     model = Model("yolov5n.yaml", nc=2).eval()
     ckpt = checkpoint_dict(model)

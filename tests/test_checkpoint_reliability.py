@@ -53,6 +53,7 @@ def _expect(path: Path, *words: str) -> str:
     return message
 
 
+@pytest.mark.slow
 def test_names_that_do_not_fit_the_class_count(tmp_path, small_model):
     _expect(_ours(tmp_path, small_model, "short", names=["cat"]), "1 class names", "2 classes")
     _expect(_ours(tmp_path, small_model, "long", names=["cat", "dog", "cow"]), "3 class names", "2 classes")
@@ -86,6 +87,7 @@ def test_model_entry_of_the_wrong_type(tmp_path, small_model, entry, words):
     _expect(_ours(tmp_path, small_model, "wrong_model", model=entry), *words)
 
 
+@pytest.mark.slow
 def test_missing_or_wrong_config(tmp_path, small_model):
     _expect(_ours(tmp_path, small_model, "no_yaml", yaml=None), "no model config")
     _expect(_ours(tmp_path, small_model, "list_yaml", yaml=[1, 2]), "model config ('yaml') is a list")
@@ -94,6 +96,7 @@ def test_missing_or_wrong_config(tmp_path, small_model):
     _expect(_ours(tmp_path, small_model, "bad_layer", yaml=cfg), "unsupported model config")
 
 
+@pytest.mark.slow
 def test_non_finite_weights_are_refused(tmp_path, small_model):
     for bad in (float("nan"), float("inf")):
         weights = checkpoint_dict(small_model)["model"]
@@ -134,6 +137,7 @@ def test_refused_files_say_so_without_torch_advice(tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_cli_one_line_errors_for_bad_checkpoints(tmp_path, small_model, shared, capsys, log):
     """test.py and detect.py exit 1 with one ERROR line naming the problem, never a traceback."""
     files = {

@@ -207,6 +207,7 @@ def _laughs(levels: int) -> list:
     return value
 
 
+@pytest.mark.slow
 def test_names_that_are_not_a_flat_list_of_short_strings(tmp_path, small_model, no_building):
     _refused(_ours(tmp_path, small_model, "laughs", names=[_laughs(7), "dog"]), "more than 2000000 items")
     _refused(_ours(tmp_path, small_model, "nested", names=[["cat"], "dog"]), "class name 0 is a list, not a string")
@@ -217,6 +218,7 @@ def test_names_that_are_not_a_flat_list_of_short_strings(tmp_path, small_model, 
     _refused(_with_names_opcodes(tmp_path, small_model, "cycle", cycle), "contains itself")
 
 
+@pytest.mark.slow
 def test_class_counts_and_multiples_are_bounded_before_building(tmp_path, small_model, no_building):
     million = ["x"] * 1_000_000
     _refused(_ours(tmp_path, small_model, "nc", yaml=dict(small_model.yaml, nc=1_000_000), names=million), "100000")
@@ -309,6 +311,7 @@ OPCODE_STREAMS = {  # each builds as much memory per pickle byte as its kind of 
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opcodes", OPCODE_STREAMS.values(), ids=OPCODE_STREAMS)
 def test_the_unpickling_bound_is_an_upper_bound(opcodes):
     """The bound holds for the opcodes that build the most memory per byte, measured with tracemalloc while
@@ -328,6 +331,7 @@ def test_the_unpickling_bound_is_an_upper_bound(opcodes):
     assert peak <= bound + unpickler, (peak, bound)
 
 
+@pytest.mark.slow
 def test_hostile_files_through_detect_are_one_error_line(tmp_path, small_model, shared, log, capsys, no_building):
     image = str(shared / "images" / "bus.jpg")
     files = {
@@ -445,6 +449,7 @@ def weights_dir(tmp_path, monkeypatch) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_load_model_takes_a_bare_name_from_weights(weights_dir, shared, log):
     (weights_dir / "yolov5n.pt").symlink_to(shared / "weights" / "yolov5n.pt")
     model = load_model("yolov5n.pt")  # the README's example

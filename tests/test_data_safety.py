@@ -255,6 +255,7 @@ def png_bomb(path: Path, side: int = 9000) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_png_bomb_is_refused_from_its_header(tmp_path):
     bomb = png_bomb(tmp_path / "bomb.png")
     assert bomb.stat().st_size < 3_000_000
@@ -406,6 +407,7 @@ def test_symlinked_subfolder_followed_and_loop_listed_once(tmp_path, log):
 # 10d. FIFOs and devices are skipped with a warning, never opened
 
 
+@pytest.mark.slow
 def test_fifo_and_device_in_a_folder_or_list_are_skipped(tmp_path):
     images = make_dataset(tmp_path, {"a.jpg": grey()}, {"a": LABEL})
     os.mkfifo(images / "pipe.jpg")

@@ -293,6 +293,7 @@ def test_coco128_rect_batches_follow_numpy_argsort(shared):
     assert ds.batch_shapes.tolist() == expected.tolist()
 
 
+@pytest.mark.slow
 def test_coco128_resize_uses_ceil(shared):
     images = shared / "datasets" / "coco128" / "images" / "train2017"
     before = sorted((p.name, p.stat().st_mtime_ns) for p in (shared / "datasets" / "coco128").rglob("*"))
@@ -322,6 +323,7 @@ def coco_ap(ann_json: Path, results: list[dict]) -> tuple[float, float]:
     return float(ev.stats[0]), float(ev.stats[1])
 
 
+@pytest.mark.slow
 def test_coco128_ap_matches_official_predictions(shared, tmp_path):
     """test.py on coco128 (batch 16, 640) scores what the official predictions score, and mostly the same boxes."""
     root = shared / "datasets" / "coco128"

@@ -59,6 +59,7 @@ def _assert_matches_reference(labels_dir: Path) -> None:
 # --- acceptance: the official outputs --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_shared
 def test_cli_reproduces_official_labels(tmp_path, monkeypatch, log):
     monkeypatch.chdir(tmp_path)
@@ -79,6 +80,7 @@ def test_cli_reproduces_official_labels(tmp_path, monkeypatch, log):
     assert names == [RUN_MARKER, "bus.jpg", "labels", "zidane.jpg"]  # no crops, no videos; the run folder's marker
 
 
+@pytest.mark.slow
 @needs_shared
 def test_run_returns_detections_and_increments_folders(tmp_path):
     kwargs = dict(weights=str(WEIGHTS), source=str(IMAGES / "bus.jpg"), project=tmp_path, nosave=True)
@@ -96,6 +98,7 @@ def test_run_returns_detections_and_increments_folders(tmp_path):
     assert labels.shape == (1, 5) and labels[0, 0] == 5  # no --save-conf: cls cx cy w h
 
 
+@pytest.mark.slow
 @needs_shared
 def test_augment_and_ensemble_run(tmp_path, log):
     args = ["--source", str(IMAGES / "bus.jpg"), "--project", str(tmp_path), "--save-txt", "--save-conf", "--nosave"]
@@ -109,6 +112,7 @@ def test_augment_and_ensemble_run(tmp_path, log):
     assert 5 in tta[:, 0] and (tta[:, 0] == 0).sum() >= 3  # still the bus and the persons
 
 
+@pytest.mark.slow
 @needs_shared
 def test_folder_with_corrupt_images_processes_the_rest(tmp_path, log):
     source = tmp_path / "in"

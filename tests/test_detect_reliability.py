@@ -51,6 +51,7 @@ def _argv(shared, tmp_path, source=None, project=None) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_same_stem_inputs_keep_their_outputs(shared, tmp_path, log):
     images = shared / "images"
     for folder in ("a", "b"):
@@ -76,6 +77,7 @@ def test_same_stem_inputs_keep_their_outputs(shared, tmp_path, log):
     assert len(warnings) == 3 and all("\n" not in w for w in warnings)
 
 
+@pytest.mark.slow
 def test_repeated_input_without_saving_is_quiet(shared, tmp_path, log):
     listing = tmp_path / "list.txt"
     listing.write_text(f"{shared / 'images' / 'bus.jpg'}\n" * 3)  # as benchmarks/run.py times one image
@@ -83,6 +85,7 @@ def test_repeated_input_without_saving_is_quiet(shared, tmp_path, log):
     assert len(out.results) == 3 and not any(m.startswith("WARNING") for m in log.messages)
 
 
+@pytest.mark.slow
 def test_same_stem_from_a_glob(shared, tmp_path):
     for folder, name in (("a", "bus.jpg"), ("b", "zidane.jpg")):
         (tmp_path / folder).mkdir()
@@ -92,6 +95,7 @@ def test_same_stem_from_a_glob(shared, tmp_path):
     assert _classes(out.save_dir / "labels" / "x_2.txt") == _result_classes(out.results[1])
 
 
+@pytest.mark.slow
 def test_video_frame_labels_do_not_collide_with_an_image(shared, tmp_path):
     source = tmp_path / "in"
     source.mkdir()
@@ -159,6 +163,7 @@ def test_three_image_sizes_is_one_line(capsys):
     assert info.value.code == 2 and err == "ERROR: --img-size takes one or two values, got 3 (see detect.py --help)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["-4", "40000"])
 def test_line_thickness_out_of_range_is_one_line_not_a_crash(shared, tmp_path, value):
     # -4 used to kill Python inside OpenCV (exit 139) and 40000 was a cv2 traceback: a subprocess survives both.

@@ -52,6 +52,7 @@ def assert_matches_reference(result: Results, reference: Path = REFERENCE) -> No
         assert abs(float(result.conf[j]) - float(ref[i, 5])) <= 0.02
 
 
+@pytest.mark.slow
 @needs_shared
 def test_every_input_kind_gives_the_reference_boxes(detector):
     bgr = cv2.imread(str(BUS))
@@ -67,6 +68,7 @@ def test_every_input_kind_gives_the_reference_boxes(detector):
     assert results[0].path == str(BUS) and results[2].path == "image2"
 
 
+@pytest.mark.slow
 @needs_shared
 def test_boxes_equal_detect_save_txt(detector, tmp_path):
     files = sorted(COCO.glob("*.jpg"))[:4]
@@ -132,6 +134,7 @@ def test_corrupt_file_and_bad_options(tmp_path):
             Detector(str(WEIGHTS), device="cpu")(broken)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_ensemble_of_the_same_weights_gives_the_same_boxes(detector):
     ensemble = Detector([str(WEIGHTS), str(WEIGHTS)], device="cpu")

@@ -26,6 +26,7 @@ def test_one_file_is_the_plain_model(shared):
     assert type(load_models([str(weights)])) is Model
 
 
+@pytest.mark.slow
 def test_same_weights_twice_give_the_same_detections(shared):
     weights = str(shared / "weights/yolov5n.pt")
     single, pair = load_models(weights), load_models([weights, weights])

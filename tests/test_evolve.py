@@ -227,6 +227,7 @@ def test_default_project_becomes_runs_evolve(tmp_path):
 # Real evolutions
 
 
+@pytest.mark.slow
 def test_evolve_three_generations_then_train_with_the_result(shapes_yaml, tmp_path, log):
     recorder = Recorder()
     assert train.main(_opt("--data", shapes_yaml, "--project", tmp_path), callbacks=[recorder]) == 0  # --evolve 3
@@ -259,6 +260,7 @@ def test_evolve_three_generations_then_train_with_the_result(shapes_yaml, tmp_pa
     assert "holds 3 of --evolve 3 generations, 0 left" in log.text
 
 
+@pytest.mark.slow
 def test_interrupted_evolution_continues_from_its_csv(shapes_yaml, tmp_path, monkeypatch, log):
     opt_args = ["--data", shapes_yaml, "--project", tmp_path, "--name", "search"]
     with pytest.raises(KeyboardInterrupt):

@@ -57,6 +57,7 @@ def _exported(weights: Path, fmt: str, dynamic: bool = False) -> Path:
     return results[0].path
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
 def test_torchscript_round_trip(tiny_weights):
     path = _exported(tiny_weights, "torchscript")
@@ -68,6 +69,7 @@ def test_torchscript_round_trip(tiny_weights):
     _close(module(x).numpy(), _reference(tiny_weights, x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_onnx_round_trip(tiny_weights, dynamic):
     onnx = pytest.importorskip("onnx", reason="optional: pip install -r requirements-export.txt")
@@ -83,6 +85,7 @@ def test_onnx_round_trip(tiny_weights, dynamic):
         _close(session.run(None, {"images": x.numpy()})[0], _reference(tiny_weights, x))
 
 
+@pytest.mark.slow
 def test_openvino_round_trip(tiny_weights):
     ov = pytest.importorskip("openvino", reason="optional: pip install -r requirements-export.txt")
     pytest.importorskip("onnx", reason="optional: pip install -r requirements-export.txt")
@@ -94,6 +97,7 @@ def test_openvino_round_trip(tiny_weights):
     _close(compiled(x.numpy())[0], _reference(tiny_weights, x))
 
 
+@pytest.mark.slow
 def test_official_yolov5n_exports_at_640(shared, tmp_path):
     """The official checkpoint exports to all three formats (copied first: nothing is written into ../shared)."""
     pytest.importorskip("onnx", reason="optional: pip install -r requirements-export.txt")

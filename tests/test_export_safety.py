@@ -131,6 +131,7 @@ def _metadata(path: Path) -> dict:
 # Item 4: an export replaces only our own earlier export and leaves no intermediate file.
 
 
+@pytest.mark.slow
 @needs_openvino
 def test_openvino_export_leaves_no_intermediate_onnx(weights):
     assert _export(weights, "openvino") == 0
@@ -138,6 +139,7 @@ def test_openvino_export_leaves_no_intermediate_onnx(weights):
     assert _metadata(weights.parent / "tiny_openvino_model")["names"] == list(CLASSES)
 
 
+@pytest.mark.slow
 @needs_openvino
 def test_openvino_export_keeps_an_onnx_it_was_not_asked_for(weights):
     own = weights.parent / "tiny.onnx"
@@ -147,6 +149,7 @@ def test_openvino_export_keeps_an_onnx_it_was_not_asked_for(weights):
     assert (weights.parent / "tiny_openvino_model" / "tiny.xml").is_file()
 
 
+@pytest.mark.slow
 @needs_openvino
 @pytest.mark.parametrize("case", ["a notes file beside our export", "no metadata.yaml", "another exporter's yaml"])
 def test_a_foreign_openvino_folder_is_never_touched(weights, exports, case, log):
@@ -191,6 +194,7 @@ def test_a_symlink_at_the_destination_is_refused_and_its_target_kept(weights, tm
     assert link.is_symlink() and target.read_bytes() == b"precious"
 
 
+@pytest.mark.slow
 @needs_openvino
 @pytest.mark.parametrize("fmt", list(OUTPUTS))
 def test_our_earlier_export_is_replaced(weights, fmt):
@@ -220,6 +224,7 @@ def _without_marker(path: Path) -> None:
         onnx.save(proto, str(path))
 
 
+@pytest.mark.slow
 @needs_openvino
 @pytest.mark.parametrize("fmt", ["onnx", "openvino"])
 def test_an_export_from_before_the_marker_counts_as_ours(weights, fmt):
@@ -231,6 +236,7 @@ def test_an_export_from_before_the_marker_counts_as_ours(weights, fmt):
     assert _metadata(path)["imgsz"] == [96, 96]
 
 
+@pytest.mark.slow
 @needs_openvino
 def test_a_failed_export_leaves_the_earlier_one_intact(weights, monkeypatch, log):
     import openvino
@@ -262,6 +268,7 @@ BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".jo
 )
 
 
+@pytest.mark.slow
 @needs_openvino
 def test_an_alias_bomb_metadata_yaml_is_one_line(exports, tmp_path, image):
     """The 550-byte 'billion laughs' YAML (9^9 list entries when expanded) as an OpenVINO metadata.yaml: run in a
@@ -349,6 +356,7 @@ def _rewritten_torchscript(source: Path, target: Path, config: bytes, compress: 
     return target
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compress", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
 def test_torchscript_config_sizes_are_checked_before_loading(exports, tmp_path, compress):
     """A config.txt of 5 MB (stored) or inflating to 80 MB (a 80 KB deflated member) is refused unread."""
@@ -409,6 +417,7 @@ OPENVINO_CASES = [
 ]
 
 
+@pytest.mark.slow
 @needs_openvino
 @pytest.mark.parametrize("case", OPENVINO_CASES)
 def test_a_broken_openvino_folder_is_one_line_in_detect(exports, tmp_path, image, case, log):
@@ -489,6 +498,7 @@ def weights_dir(tmp_path, monkeypatch) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @needs_onnx
 def test_a_bare_weights_name_is_taken_from_weights(weights_dir, tiny_pt, log):
     shutil.copy(tiny_pt, weights_dir / "tiny.pt")
@@ -530,6 +540,7 @@ def _first_images(shared: Path, tmp_path: Path, n: int = 3) -> Path:
     return path
 
 
+@pytest.mark.slow
 @needs_openvino
 def test_the_readme_export_sequence(shared, weights_dir, tmp_path, log):
     shutil.copy(shared / "weights/yolov5n.pt", weights_dir / "yolov5n.pt")

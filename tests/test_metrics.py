@@ -188,6 +188,7 @@ def test_predictions_and_ground_truth_round_trip_through_json(tmp_path):
     np.testing.assert_allclose(evaluate_coco_json(gt_path, pred_path).stats, m.stats, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_reference_predictions_on_coco128(shared):
     gt_path = shared / "datasets/coco128/annotations/instances_train2017.json"
     pred_path = shared / "reference/coco128_yolov5n_640_predictions.json"
@@ -202,6 +203,7 @@ def test_reference_predictions_on_coco128(shared):
     assert 0.4 < m.mp < 0.8 and 0.4 < m.mr < 0.8  # YOLOv5 reports P 0.586, R 0.508 with its own matching
 
 
+@pytest.mark.slow
 def test_public_path_agrees_on_coco128(shared, monkeypatch):
     """faster-coco-eval's public COCOeval_faster (the fallback when its C++ entry points change) on real data,
     crowd regions included: the same arrays as the fast path, which calls those entry points directly."""

@@ -20,6 +20,7 @@ PARAMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", list(PARAMS))
 def test_parameter_counts(size):
     model = Model(f"yolov5{size}.yaml")

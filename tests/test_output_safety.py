@@ -346,6 +346,7 @@ def test_detector_refuses_a_fifo_before_reading(tmp_path):
     assert str(outcome["error"]) == f"cannot read image {fifo}: not a regular file (a device, FIFO or socket)"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux (/dev/zero, /proc)")
 def test_detector_refuses_dev_zero_without_growing_memory():
     code = (  # address space capped at 1 GiB above what the imports take: an unbounded read fails fast
@@ -420,6 +421,7 @@ def exports_in_weights(tmp_path_factory, shared):
         weights_dir.rmdir()
 
 
+@pytest.mark.slow
 def test_bare_export_names_are_found_in_weights(exports_in_weights, shared, tmp_path, monkeypatch, log):
     onnx, openvino = exports_in_weights
     monkeypatch.chdir(tmp_path)  # the bare names are not in the current folder
@@ -440,6 +442,7 @@ def test_bare_export_names_are_found_in_weights(exports_in_weights, shared, tmp_
 # --- item 13: details a new user meets ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_test_py_takes_noplots_as_train_py_does_and_describes_augment_as_the_readme():
     assert yolo_test.parse_opt(["--noplots"]).plots is False
     assert yolo_test.parse_opt(["--no-plots"]).plots is False
@@ -459,6 +462,7 @@ def test_class_names_are_pluralised_sensibly():
     )
 
 
+@pytest.mark.slow
 def test_line_width_scales_with_the_image_unless_given(shared, tmp_path):
     assert [Annotator(np.zeros(s, np.uint8)).lw for s in [(256, 256, 3), (1080, 810, 3), (1920, 1920, 3)]] == [2, 3, 6]
     image = cv2.resize(cv2.imread(str(shared / "images" / "bus.jpg")), (256, 256))

@@ -22,9 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 README = REPO / "README.md"
 
-pytestmark = pytest.mark.skipif(
-    not (SHARED / "weights" / "yolov5n.pt").is_file(), reason=f"shared test data not found at {SHARED}"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not (SHARED / "weights" / "yolov5n.pt").is_file(), reason=f"shared test data not found at {SHARED}"
+    ),
+    pytest.mark.slow,  # every command of the README, trainings included: minutes
+]
 
 RUN = "run"  # exit 0, no traceback
 OFFLINE = "offline"  # needs an official download: exit 0 when online, else one ERROR line about the download

@@ -23,6 +23,7 @@ def default_set(tmp_path_factory) -> Path:
     return generate_shapes(tmp_path_factory.mktemp("shapes") / "shapes")
 
 
+@pytest.mark.slow
 def test_default_dataset(default_set, tmp_path, monkeypatch):
     monkeypatch.setenv("YOLO_CACHE_DIR", str(tmp_path))
     root = default_set
@@ -36,6 +37,7 @@ def test_default_dataset(default_set, tmp_path, monkeypatch):
         assert labels[:, 3:].min() > 0.08 and labels[:, 3:].max() < 0.45  # not tiny, not huge
 
 
+@pytest.mark.slow
 def test_labels_match_drawn_shapes(default_set):
     root = default_set
     checked = 0

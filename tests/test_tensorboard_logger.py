@@ -57,6 +57,7 @@ def two_epoch_run(tmp_path_factory) -> Path:
     return folder / "runs" / "exp"
 
 
+@pytest.mark.slow
 def test_two_epoch_run_writes_every_scalar_per_epoch(two_epoch_run):
     assert list(two_epoch_run.glob("events.out.tfevents.*")), "no event file in the run folder"
     events = _events(two_epoch_run)
@@ -72,6 +73,7 @@ def test_two_epoch_run_writes_every_scalar_per_epoch(two_epoch_run):
     assert events.Scalars("lr/pg0")[0].value != events.Scalars("lr/pg1")[0].value  # bias warmup lr vs the others
 
 
+@pytest.mark.slow
 def test_two_epoch_run_logs_the_graph_and_images(two_epoch_run):
     events = _events(two_epoch_run)
     assert events.Tags()["graph"]
@@ -89,6 +91,7 @@ def test_two_epoch_run_logs_the_graph_and_images(two_epoch_run):
 # The callback on a stand-in trainer
 
 
+@pytest.mark.slow
 def test_callback_logs_results_columns_at_epoch_steps_and_closes(tmp_path, log):
     save_dir = tmp_path / "project" / "exp"
     save_dir.mkdir(parents=True)
@@ -111,6 +114,7 @@ def test_callback_logs_results_columns_at_epoch_steps_and_closes(tmp_path, log):
     assert not events.Tags()["graph"]
 
 
+@pytest.mark.slow
 def test_callback_logs_the_first_batch_only_once(tmp_path):
     trainer = SimpleNamespace(save_dir=tmp_path, plots=False)
     imwrite(tmp_path / "train_batch0.jpg", np.zeros((16, 16, 3), np.uint8))
@@ -127,6 +131,7 @@ def test_callback_logs_the_first_batch_only_once(tmp_path):
 # TensorBoardRun
 
 
+@pytest.mark.slow
 def test_graph_keeps_train_mode_and_batchnorm_statistics(tmp_path):
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.SiLU(), nn.Conv2d(4, 2, 1), nn.BatchNorm2d(2))
     model.train()[4].eval()  # a module in eval mode (as a frozen one may be) stays in eval mode
@@ -149,6 +154,7 @@ class Untraceable(nn.Module):
         raise RuntimeError("cannot trace this\nsecond line of the message")
 
 
+@pytest.mark.slow
 def test_graph_failure_is_one_warning_line(tmp_path, log, capsys):
     model = Untraceable().train()
     run = open_tensorboard(tmp_path)
@@ -160,6 +166,7 @@ def test_graph_failure_is_one_warning_line(tmp_path, log, capsys):
     assert model.training and model.conv.training
 
 
+@pytest.mark.slow
 def test_images_in_logs_each_readable_image_once(tmp_path):
     imwrite(tmp_path / "confusion_matrix.png", np.zeros((10, 12, 3), np.uint8))
     imwrite(tmp_path / "val_batch0_pred.jpg", np.zeros((8, 8, 3), np.uint8))
@@ -176,6 +183,7 @@ def test_images_in_logs_each_readable_image_once(tmp_path):
     assert events.Images("val_batch0_pred")[0].encoded_image_string == (tmp_path / "val_batch0_pred.jpg").read_bytes()
 
 
+@pytest.mark.slow
 def test_images_are_logged_as_their_file_bytes(tmp_path):
     imwrite(tmp_path / "plot.png", np.zeros((4, 5, 4), np.uint8))  # RGBA, as matplotlib saves
     imwrite(tmp_path / "batch.jpg", np.zeros((6, 7, 3), np.uint8))
@@ -193,6 +201,7 @@ def test_images_are_logged_as_their_file_bytes(tmp_path):
 # Without tensorboard
 
 
+@pytest.mark.slow
 def test_missing_tensorboard_is_one_notice_and_the_callback_does_nothing(tmp_path, log, fresh_import):
     fresh_import.setitem(sys.modules, "torch.utils.tensorboard", None)  # makes the import fail: ImportError
     trainer = SimpleNamespace(save_dir=tmp_path, plots=True)  # no parts: tracing would fail if it were tried

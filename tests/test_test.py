@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from models import Model
 from models.checkpoint import checkpoint_dict, save_checkpoint
@@ -52,6 +53,7 @@ def image_list(tmp_path: Path, shared: Path, n: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_coco128_640_against_the_official_json(tmp_path, shared):
     """The acceptance run: reference settings (640, batch 16), --save-json, plots on."""
     weights = shared / "weights/yolov5n.pt"
@@ -95,6 +97,7 @@ def test_coco128_640_against_the_official_json(tmp_path, shared):
         assert (run_dir / f).stat().st_size > 1000, f
 
 
+@pytest.mark.slow
 def test_yolo_labels_as_ground_truth_cli(tmp_path, shared, log):
     """Without ann_json: labels scaled back to original pixels, a generated COCO JSON for pycocotools, txt labels."""
     split = image_list(tmp_path, shared, 24)
@@ -149,6 +152,7 @@ def _cli(tmp_path: Path, log, *args: str) -> tuple[int, list[str]]:
     return code, [line for message in log.messages for line in message.splitlines()]
 
 
+@pytest.mark.slow
 def test_bad_inputs_give_one_line_errors(tmp_path, shared, log):
     weights = str(shared / "weights/yolov5n.pt")
     cases = []
@@ -212,6 +216,7 @@ def test_score_an_existing_results_file(tmp_path, shared, log):
     assert abs(results["metrics"]["mAP50"] - REFERENCE_AP50) < 5e-5
 
 
+@pytest.mark.slow
 def test_single_class_and_speed_task(tmp_path, shared, log):
     from utils.torch_utils import cpu_supports_bf16
 
@@ -270,6 +275,7 @@ def _map(tmp_path: Path, log, data: Path, name: str, *weights_and_flags: str) ->
     return json.loads((tmp_path / f"runs/{name}/results.json").read_text())["metrics"]
 
 
+@pytest.mark.slow
 def test_ensemble_of_the_same_weights_and_augment(tmp_path, shared, log):
     """--weights a a scores as a alone (NMS merges the duplicates); --augment runs and scores about as well."""
     data = data_yaml(tmp_path, shared, val=str(image_list(tmp_path, shared, 8)))

@@ -46,6 +46,7 @@ def finished_run(shapes_yaml, tmp_path_factory):
     return project / "e2e"
 
 
+@pytest.mark.slow
 def test_end_to_end_outputs(finished_run):
     with open(finished_run / "results.csv", newline="") as f:
         rows = list(csv.reader(f))
@@ -57,6 +58,7 @@ def test_end_to_end_outputs(finished_run):
         assert (finished_run / name).is_file(), name
 
 
+@pytest.mark.slow
 def test_final_checkpoints_are_fp16_weights_only(finished_run):
     for name in ("last.pt", "best.pt"):
         file = finished_run / "weights" / name
@@ -73,6 +75,7 @@ def test_final_checkpoints_are_fp16_weights_only(finished_run):
         assert out.shape[-1] == 10 and torch.isfinite(out).all()
 
 
+@pytest.mark.slow
 def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, log):
     args = ["--data", shapes_yaml, *FAST, "--epochs", 3, "--project", tmp_path, "--noplots"]
     assert _train(*args, callbacks=[InterruptAfterFirstSave()]) == 130
@@ -92,6 +95,7 @@ def test_resume_after_interrupt_lists_each_epoch_once(shapes_yaml, tmp_path, log
     assert "nothing to resume" in log.text
 
 
+@pytest.mark.slow
 def test_failed_save_keeps_previous_checkpoint(shapes_yaml, tmp_path, monkeypatch, log):
     real_save, calls = torch.save, []
 
@@ -113,6 +117,7 @@ def test_failed_save_keeps_previous_checkpoint(shapes_yaml, tmp_path, monkeypatc
     assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # no temporary file left
 
 
+@pytest.mark.slow
 def test_weights_with_another_class_count_transfer_matching_tensors(shapes_yaml, finished_run, tmp_path, log):
     # Our own 5-class checkpoint into a single-class model: all but the detection head's output convs transfer.
     best = finished_run / "weights" / "best.pt"
@@ -143,6 +148,7 @@ def test_weights_with_another_class_count_transfer_matching_tensors(shapes_yaml,
     assert "Not transferred" in text and "model.24.m.0.weight" in text
 
 
+@pytest.mark.slow
 def test_official_weights_fine_tune(shapes_yaml, shared, tmp_path, log):
     official = shared / "weights" / "yolov5n.pt"
     args = [
@@ -168,6 +174,7 @@ def test_official_weights_fine_tune(shapes_yaml, shared, tmp_path, log):
     assert _epochs(tmp_path / "exp" / "results.csv") == [0]
 
 
+@pytest.mark.slow
 def test_cpu_amp_trains_under_bfloat16(shapes_yaml, tmp_path, log):
     if not cpu_supports_bf16():
         pytest.skip("this CPU has no bfloat16 support")
@@ -198,6 +205,7 @@ class NanLossOnFirstBatch(Callback):
         self.batches.append((batch.index, batch.mean_losses))
 
 
+@pytest.mark.slow
 def test_non_finite_loss_skips_the_step(shapes_yaml, tmp_path, log):
     nan = NanLossOnFirstBatch()
     args = ["--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, "--noplots", "--noval"]

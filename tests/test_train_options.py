@@ -39,6 +39,7 @@ def test_autobatch_on_the_cpu_is_a_note_and_the_default(log):
     assert "needs a CUDA device" in log.text
 
 
+@pytest.mark.slow
 def test_batch_size_minus_one_trains_on_the_cpu(shapes_yaml, tmp_path, log):
     args = ["--data", shapes_yaml, *FAST, "--batch-size", "-1", "--epochs", "1", "--project", tmp_path]
     assert train.main(train.parse_opt([str(a) for a in args])) == 0

@@ -52,6 +52,7 @@ def _one_error(log) -> str:
 # Item 4: a dataset smaller than the batch trains; one without labels is refused
 
 
+@pytest.mark.slow
 def test_tiny_dataset_trains_with_default_batch_size(tiny_yaml, tmp_path, log):
     decays = []
     record = OnStart(lambda trainer: decays.append(trainer.parts.optimizer.param_groups[1]["weight_decay"]))
@@ -64,6 +65,7 @@ def test_tiny_dataset_trains_with_default_batch_size(tiny_yaml, tmp_path, log):
     assert decays == [pytest.approx(hyp["weight_decay"] * 3 * round(64 / 3) / 64)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [-7, 2**40])
 def test_any_integer_seed_trains(seed, tiny_yaml, tmp_path):
     assert _train("--data", tiny_yaml, *FAST, "--batch-size", 3, "--project", tmp_path, "--seed", seed) == 0
@@ -277,6 +279,7 @@ def _other_model_state(ckpt: dict) -> dict:
     return fp16_state_dict(Model("yolov5s.yaml", nc=ckpt["yaml"]["nc"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case, message",
     [
@@ -336,6 +339,7 @@ def test_resume_of_unusable_checkpoint_gives_one_line_error(case, message, inter
     assert not (tmp_path / "exp" / "results.csv").exists()  # nothing was trained
 
 
+@pytest.mark.slow
 def test_resume_of_untouched_checkpoint_still_works(interrupted_last, tmp_path):
     last = tmp_path / "exp" / "weights" / "last.pt"
     last.parent.mkdir(parents=True)

@@ -98,6 +98,7 @@ def interrupted_run(shapes_yaml, tmp_path_factory) -> Path:
 # Item 2: --resume of a last.pt outside a run folder's weights/ never writes beside it
 
 
+@pytest.mark.slow
 def test_resume_of_a_copied_checkpoint_goes_to_a_new_run_folder(interrupted_run, tmp_path, log):
     home = tmp_path / "home"  # e.g. ~/Downloads/last.pt: the folder two levels up is the user's own
     (home / "Downloads").mkdir(parents=True)
@@ -116,6 +117,7 @@ def test_resume_of_a_copied_checkpoint_goes_to_a_new_run_folder(interrupted_run,
     assert f"Resuming in the new run folder {new}" in log.text
 
 
+@pytest.mark.slow
 def test_resume_in_a_run_folder_without_marker_leaves_it_untouched(interrupted_run, tmp_path, log):
     old = tmp_path / "old_run"  # a run folder from before markers were written
     shutil.copytree(interrupted_run, old)
@@ -128,6 +130,7 @@ def test_resume_in_a_run_folder_without_marker_leaves_it_untouched(interrupted_r
     assert _epochs(tmp_path / "runs" / "again" / "results.csv") == [1]
 
 
+@pytest.mark.slow
 def test_resume_in_its_own_run_folder_continues_there(interrupted_run, tmp_path, log):
     run = tmp_path / "exp"
     shutil.copytree(interrupted_run, run)
@@ -163,6 +166,7 @@ def test_runs_reserving_together_get_distinct_folders(tmp_path):
     assert sorted(folders) == sorted(str(tmp_path / name) for name in ["exp", *(f"exp{i}" for i in range(2, n + 1))])
 
 
+@pytest.mark.slow
 def test_a_run_started_alongside_another_gets_its_own_folder(shapes_yaml, tmp_path, monkeypatch):
     # Another train.py with the same --name reserves exp while this one is still setting up (loading the model):
     # its os.mkdir and marker, as utils.files.reserve_run_dir makes them.
@@ -225,6 +229,7 @@ def test_finetune_hyp_is_still_an_option(tmp_path):
 # Item 13: Ctrl-C in the first epoch, a bare --resume, --no-plots, absolute paths
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_first_epoch_leaves_a_resumable_checkpoint(shapes_yaml, tmp_path, monkeypatch, log):
     monkeypatch.chdir(tmp_path)  # a relative --project: the paths printed are still absolute
     args = ["--data", shapes_yaml, *FAST, "--epochs", 1, "--project", "runs"]
@@ -241,6 +246,7 @@ def test_ctrl_c_in_the_first_epoch_leaves_a_resumable_checkpoint(shapes_yaml, tm
     assert f"Results saved to {run}\n" in log.text + "\n"
 
 
+@pytest.mark.slow
 def test_bare_resume_passes_over_newer_finished_runs(interrupted_run, tmp_path, log):
     from utils.train.resume import find_resume_checkpoint
 
@@ -265,6 +271,7 @@ def test_bare_resume_says_the_newest_run_saved_nothing(interrupted_run, tmp_path
     assert not (newest / "results.csv").exists() and not (tmp_path / "exp" / "results.csv").read_text().count("\n1,")
 
 
+@pytest.mark.slow
 def test_bare_resume_with_only_finished_runs_says_so(interrupted_run, tmp_path):
     shutil.copytree(interrupted_run, tmp_path / "exp")
     checkpoints.strip_optimizer(tmp_path / "exp" / "weights" / "last.pt")

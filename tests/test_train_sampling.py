@@ -36,6 +36,7 @@ def _rows(results_csv: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_image_weights_and_quad_train(shapes_yaml, tmp_path):
     recorder = Recorder()
     args = ["--data", shapes_yaml, *FAST, "--batch-size", "8", "--epochs", "2", "--project", tmp_path]
@@ -57,6 +58,7 @@ def test_quad_scales_only_the_training_loss():
     assert float(loss) == 6.0 and items.tolist() == pytest.approx([0.1, 0.2, 0.3])
 
 
+@pytest.mark.slow
 def test_both_run_under_torchrun(shapes_yaml, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(REPO / "train.py")]
     cmd += ["--data", str(shapes_yaml), *FAST, "--batch-size", "16", "--epochs", "2", "--device", "cpu"]

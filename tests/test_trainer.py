@@ -46,6 +46,7 @@ def _train(*args, callbacks=None) -> int:
     return train.main(train.parse_opt([str(a) for a in args]), callbacks=callbacks)
 
 
+@pytest.mark.slow
 def test_stages_call_the_hooks_in_order_with_the_epoch_results(shapes_yaml, tmp_path):
     recorder = Recorder()
     assert _train("--data", shapes_yaml, *FAST, "--epochs", 2, "--project", tmp_path, callbacks=[recorder]) == 0
@@ -71,6 +72,7 @@ class PoisonWeights(Callback):
             next(trainer.parts.model.parameters())[0, 0, 0, 0] = float("nan")
 
 
+@pytest.mark.slow
 def test_non_finite_weights_are_never_saved(shapes_yaml, tmp_path, log):
     assert _train("--data", shapes_yaml, *FAST, "--epochs", 1, "--project", tmp_path, callbacks=[PoisonWeights()]) == 0
     assert "non-finite weights after epoch 0: checkpoint not saved" in log.text
@@ -116,6 +118,7 @@ class EvaluateCounter(Callback):
         tr.evaluate = counted
 
 
+@pytest.mark.slow
 def test_best_pt_of_the_last_epoch_is_not_validated_twice(shapes_yaml, tmp_path, log):
     counter = EvaluateCounter()
     args = [a for a in FAST if a != "--noplots"]
@@ -126,6 +129,7 @@ def test_best_pt_of_the_last_epoch_is_not_validated_twice(shapes_yaml, tmp_path,
     assert (tmp_path / "exp" / "PR_curve.png").exists() and (tmp_path / "exp" / "confusion_matrix.png").exists()
 
 
+@pytest.mark.slow
 def test_an_earlier_best_pt_is_validated_at_the_end(shapes_yaml, tmp_path, monkeypatch, log):
     real = trainer.epoch_result
 

@@ -61,6 +61,7 @@ def test_views_are_scaled_and_padded_with_grey_to_the_stride():
     assert scale_and_pad(x, 0.83, 32).shape == (2, 3, 96, 160)  # 79 x 132 -> 96 x 160
 
 
+@pytest.mark.slow
 def test_rows_are_the_three_views_less_the_clipped_levels(shared):
     model = load_models(shared / "weights/yolov5n.pt")
     x = torch.rand(1, 3, 256, 320)
@@ -76,6 +77,7 @@ def test_rows_are_the_three_views_less_the_clipped_levels(shared):
     assert augmented.shape == (1, full + scaled + small, 85)
 
 
+@pytest.mark.slow
 def test_augmented_model_finds_the_bus(shared):
     """On a real image the augmented detections agree with plain inference on the main objects."""
     model = load_models(shared / "weights/yolov5n.pt")
@@ -93,6 +95,7 @@ def test_augmented_model_finds_the_bus(shared):
     assert persons[0] >= 3 and abs(persons[0] - persons[1]) <= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("members", [1, 2])
 def test_ensembles_are_augmented_member_by_member(shared, members):
     weights = str(shared / "weights/yolov5n.pt")

@@ -79,6 +79,7 @@ def test_a_dataset_smaller_than_the_batch_after_dropping_a_corrupt_image(tmp_pat
     assert results["images"] == 3 and results["instances"] > 0
 
 
+@pytest.mark.slow
 def test_unusable_json_files_are_one_line_errors(tmp_path, shared, log):
     data = _tiny(tmp_path, shared, corrupt=False)
     weights = str(shared / "weights/yolov5n.pt")
@@ -121,6 +122,7 @@ def test_unusable_json_files_are_one_line_errors(tmp_path, shared, log):
         assert code == 1 and len(errors) == 1 and words in errors[0], (args, lines[-3:])
 
 
+@pytest.mark.slow
 def test_project_that_is_a_file(tmp_path, shared, log):
     (tmp_path / "file").write_text("x")
     data = _tiny(tmp_path, shared, corrupt=False)

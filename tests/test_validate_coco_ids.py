@@ -88,6 +88,7 @@ def _run(tmp_path: Path, shared: Path, log, name: str, *args: str) -> tuple[int,
     return code, [line for m in log.messages for line in m.splitlines()]
 
 
+@pytest.mark.slow
 def test_renumbered_json_gives_the_same_map(tmp_path, shared, log):
     split = _split(tmp_path, shared)
     original = shared / "datasets/coco128/annotations/instances_train2017.json"
@@ -122,6 +123,7 @@ def test_renumbered_json_gives_the_same_map(tmp_path, shared, log):
         assert sorted((p["image_id"], p["category_id"], p["score"]) for p in predictions[name]) == expected
 
 
+@pytest.mark.slow
 def test_an_image_the_json_lacks_is_a_one_line_error(tmp_path, shared, log):
     split = _split(tmp_path, shared, 4)
     data = _coco(shared)
@@ -192,6 +194,7 @@ def test_ids_without_a_json_still_come_from_the_names():
     assert coco_json.image_ids_for(["/a/1.jpg", "/b/1.jpg"]) == [0, 1]  # repeated stems: positions
 
 
+@pytest.mark.slow
 def test_json_sizes_that_differ_from_the_images_warn(tmp_path, shared, log):
     """A JSON written for resized copies of the images: its boxes no longer fit, so the mAP would mislead."""
     split = _split(tmp_path, shared, 4)

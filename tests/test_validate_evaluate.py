@@ -64,6 +64,7 @@ def test_quiet_by_default_and_writes_nothing(model, loader, tmp_path, log, monke
     assert sum(line.split()[:1] == ["all"] for line in lines) == 1  # the summary row only, no per-class rows
 
 
+@pytest.mark.slow
 def test_the_same_numbers_as_test_py(model, loader, split, shared, tmp_path):
     """evaluate() on test.py's loader scores like test.py's standalone run on the weights file."""
     data = {"val": str(split), "nc": 80, "names": NAMES}
@@ -76,6 +77,7 @@ def test_the_same_numbers_as_test_py(model, loader, split, shared, tmp_path):
     assert json.loads((tmp_path / "exp/results.json").read_text())["images"] == 8
 
 
+@pytest.mark.slow
 def test_the_coco_json_as_path_or_matched_object(model, loader, shared, log):
     """A JSON path and the same JSON already matched give the same numbers; an unusable path can fall back."""
     ann_json = shared / "datasets/coco128/annotations/instances_train2017.json"
