@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 import yaml
-from bad_input_sweep import COCO, IMAGES, ROOT, WEIGHTS, Case, Sweep, _coco_names, _copy_dataset, _data_yaml
 from PIL import Image
+from sweep_common import COCO, IMAGES, ROOT, WEIGHTS, Case, Sweep, _coco_names, _copy_dataset, _data_yaml
 
 from models.checkpoint import load_checkpoint
 from utils.data.shapes import generate_shapes, write_data_yaml
