@@ -57,6 +57,8 @@ class Backend(nn.Module):
         self.stride = torch.tensor(meta["stride"])
         self.fixed_shape = None if meta["dynamic"] else tuple(meta["imgsz"])
         self.batch = None if meta["dynamic"] else meta["batch"]
+        self.precision = meta["precision"]  # fp32, fp16 or int8, as exported
+        self.calibration_images = meta["calibration_images"]
         # An empty parameter tells code that asks next(model.parameters()) the device and the float32 input dtype.
         self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
 
@@ -211,14 +213,14 @@ def _openvino_call(function, xml: Path, failed: str, *args):
 
 
 def _engine(path: Path, device: torch.device) -> Backend:
-    """TensorRT engines are not run by this build; one line on what they would need."""
-    try:
-        import tensorrt  # noqa: F401
-    except ImportError:
-        raise BackendError(f"{path}: TensorRT engines need CUDA and tensorrt ({INSTALL} on a CUDA machine)") from None
+    """A TensorRT engine (models/tensorrt.py), which needs CUDA and tensorrt: one line when either is missing."""
+    if importlib.util.find_spec("tensorrt") is None:
+        raise BackendError(f"{path}: TensorRT engines need CUDA and the tensorrt package (pip install tensorrt)")
     if device.type != "cuda":
         raise BackendError(f"{path}: TensorRT engines need CUDA and tensorrt; pass --device 0")
-    raise BackendError(f"{path}: running TensorRT engines is not supported yet; use the .onnx export")
+    from models.tensorrt import TensorRTBackend
+
+    return TensorRTBackend(path, device)
 
 
 def check_exported(paths: list, half: bool | None, bf16: bool, augment: bool) -> None:
@@ -252,7 +254,10 @@ def describe_backend(backend: Backend) -> str:
         shape = f"static {backend.batch}x3x{h}x{w} input (square letterbox at {h}x{w})"
     else:
         shape = "dynamic input (rectangular letterbox)"
-    return f"{backend.kind} backend, {len(backend.names)} classes, {shape}"
+    precision = backend.precision
+    if precision == "int8":
+        precision += f" (calibrated on {backend.calibration_images} images)"
+    return f"{backend.kind} backend, {precision}, {len(backend.names)} classes, {shape}"
 
 
 def load_backend(path: str | Path, device: str | torch.device = "cpu", bf16: bool = False) -> Backend:

@@ -50,8 +50,8 @@ def _check_metadata(meta: dict, imgsz: list[int], dynamic: bool) -> None:
 
 
 def _exported(weights: Path, fmt: str, dynamic: bool = False) -> Path:
-    """Export weights at 64x64 to one format in-process, via export.run (as the CLI does)."""
-    results = export.run(str(weights), [fmt], imgsz=(64, 64), dynamic=dynamic)
+    """Export weights at 64x64 to one format in-process, via export.run (as the CLI does): static unless dynamic."""
+    results = export.run(str(weights), [fmt], imgsz=(64, 64), static=not dynamic)
     assert [r.format for r in results] == [fmt] and results[0].size_mb > 0
     return results[0].path
 
