@@ -23,7 +23,7 @@ import argparse
 import sys
 
 from models.export import FORMATS, ExportOptions, export
-from models.quantize import DEFAULT_CALIBRATION_IMAGES
+from models.quantize import DEFAULT_CALIBRATION_IMAGES, ONNX_QUANTIZERS
 from utils.cli import Parser, float_in, int_in, run_cli
 from utils.log import LOGGER
 from utils.torch_utils import select_device
@@ -45,6 +45,8 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     add("--int8", action="store_true", help="INT8 ONNX/OpenVINO/TensorRT, calibrated on the --data val images")
     add("--data", default=None, help="data YAML whose val split calibrates --int8")
     add("--calib-images", type=int_in(1, 100_000), default=DEFAULT_CALIBRATION_IMAGES, help="--int8 calibration images")
+    quantizers = ", ".join(ONNX_QUANTIZERS)
+    add("--onnx-quantizer", choices=ONNX_QUANTIZERS, default="onnxruntime", help=f"--int8 ONNX by: {quantizers}")
     add("--workspace", type=float_in(0.25, 1024), default=4.0, help="TensorRT builder memory, GB")
     add("--simplify", action="store_true", help="simplify the ONNX graph with onnxslim when it is installed")
     add("--opset", type=int_in(11, 23), default=None, help="ONNX opset version (default 17)")
@@ -72,12 +74,13 @@ def run(
     data: str | None = None,
     calib_images: int = DEFAULT_CALIBRATION_IMAGES,
     workspace: float = 4.0,
+    onnx_quantizer: str = "onnxruntime",
 ) -> list:
     """Export weights to each format in include; returns one models.export.Exported per written file.
 
     Exports are dynamic unless static (dynamic=True is accepted, as YOLOv5's flag, and changes nothing)."""
     options = ExportOptions(tuple(imgsz), batch_size, not static, half, simplify, opset, int8, data, calib_images)
-    options.workspace_gb = workspace
+    options.workspace_gb, options.onnx_quantizer = workspace, onnx_quantizer
     results = export(weights, list(include), options, select_device(device))
     for result in results:
         LOGGER.info(result.line())

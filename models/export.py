@@ -70,6 +70,7 @@ class ExportOptions:
     data: str | Path | None = None
     calib_images: int = quantize.DEFAULT_CALIBRATION_IMAGES
     workspace_gb: float = 4.0  # TensorRT builder memory
+    onnx_quantizer: str = "onnxruntime"  # or nncf, for --int8 ONNX exports
 
     @property
     def precision(self) -> str:
@@ -221,7 +222,7 @@ def export_onnx(job: ExportJob, path: Path) -> Path:
     """The ONNX export into path: float, or with --int8 the float graph quantized by ONNX Runtime (QDQ)."""
     if not job.options.int8:
         return export_float_onnx(job, path)
-    quantize.quantize_onnx(float_onnx(job), path, job.calibration)
+    quantize.quantize_onnx(float_onnx(job), path, job.calibration, job.options.onnx_quantizer)
     _set_onnx_metadata(require("onnx"), path, job.metadata)
     return path
 
@@ -378,7 +379,7 @@ def check_int8(formats: list[str], options: ExportOptions) -> list[str]:
         raise QuantizationError("--int8 and --half are exclusive: pick one precision")
     for fmt in formats:
         if fmt != "engine":
-            quantize.require_quantizer(fmt)
+            quantize.require_quantizer(fmt, options.onnx_quantizer)
     return quantize.calibration_files(options.data, options.calib_images)
 
 
