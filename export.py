@@ -7,7 +7,7 @@ refused with one line:
     python export.py --weights yolov5n.pt --include torchscript onnx openvino   # yolov5n.torchscript, yolov5n.onnx,
                                                                                 # yolov5n_openvino_model/
     python export.py --weights best.pt --include onnx --static --img 640        # one fixed 1x3x640x640 input
-    python export.py --weights best.pt --include openvino onnx --int8 --data coco128.yaml  # INT8, calibrated
+    python export.py --weights best.pt --include openvino onnx --int8 --data coco128.yaml  # INT8, calibrated (NNCF)
     python export.py --weights best.pt --include engine --half --device 0       # TensorRT FP16 (CUDA, tensorrt)
 
 Exports are dynamic in batch, height and width by default (unlike YOLOv5, whose exports are static unless
@@ -46,7 +46,7 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     add("--data", default=None, help="data YAML whose val split calibrates --int8")
     add("--calib-images", type=int_in(1, 100_000), default=DEFAULT_CALIBRATION_IMAGES, help="--int8 calibration images")
     quantizers = ", ".join(ONNX_QUANTIZERS)
-    add("--onnx-quantizer", choices=ONNX_QUANTIZERS, default="onnxruntime", help=f"--int8 ONNX by: {quantizers}")
+    add("--onnx-quantizer", choices=ONNX_QUANTIZERS, default="nncf", help=f"--int8 ONNX by: {quantizers}")
     add("--workspace", type=float_in(0.25, 1024), default=4.0, help="TensorRT builder memory, GB")
     add("--simplify", action="store_true", help="simplify the ONNX graph with onnxslim when it is installed")
     add("--opset", type=int_in(11, 23), default=None, help="ONNX opset version (default 17)")
@@ -74,7 +74,7 @@ def run(
     data: str | None = None,
     calib_images: int = DEFAULT_CALIBRATION_IMAGES,
     workspace: float = 4.0,
-    onnx_quantizer: str = "onnxruntime",
+    onnx_quantizer: str = "nncf",
 ) -> list:
     """Export weights to each format in include; returns one models.export.Exported per written file.
 

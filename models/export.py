@@ -70,7 +70,7 @@ class ExportOptions:
     data: str | Path | None = None
     calib_images: int = quantize.DEFAULT_CALIBRATION_IMAGES
     workspace_gb: float = 4.0  # TensorRT builder memory
-    onnx_quantizer: str = "onnxruntime"  # or nncf, for --int8 ONNX exports
+    onnx_quantizer: str = "nncf"  # or onnxruntime (quantize_static), for --int8 ONNX exports
 
     @property
     def precision(self) -> str:

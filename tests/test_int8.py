@@ -238,3 +238,20 @@ def test_int8_coco128_map_within_0_01_of_the_pt(tmp_path, shared, fmt):
     reference = _coco_map(weights, data, tmp_path, "pt")
     assert abs(reference - 0.3701) < 5e-4  # the official weights' COCO128 mAP50-95 (README)
     assert abs(int8 - reference) <= 0.01, (int8, reference)
+
+
+def test_onnxruntime_quantizer_writes_a_qdq_model_that_runs(tmp_path, shared):
+    _needs("onnx")
+    import onnx
+
+    shutil.copy(shared / "weights/yolov5n.pt", tmp_path / "yolov5n.pt")
+    argv = ["--weights", str(tmp_path / "yolov5n.pt"), "--include", "onnx", "--img", "128", "--int8"]
+    argv += ["--data", str(_data_yaml(tmp_path, shared, images=4)), "--onnx-quantizer", "onnxruntime"]
+    assert export.main(argv) == 0
+    path = tmp_path / "yolov5n_int8.onnx"
+    nodes = onnx.load(str(path)).graph.node
+    convs = [n for n in nodes if n.op_type == "Conv"]
+    assert sum(n.op_type == "DequantizeLinear" for n in nodes) >= len(convs)  # weights and inputs of most convs
+    backend = load_backend(path)
+    assert backend.precision == "int8" and backend.calibration_images == 4
+    assert non_max_suppression(backend(_bus(shared))[0], 0.25, 0.45)[0].shape[1] == 6
