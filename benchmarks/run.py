@@ -125,6 +125,11 @@ def bench_backends(weights: dict[str, Path], image: Path, runs: int, tmp: Path, 
 
     listing = tmp / "images.txt"
     listing.write_text("\n".join([str(image)] * runs) + "\n")
+    from utils.augment import letterbox
+    from utils.images import read_image
+
+    # every export is dynamic, so every backend gets detect.py's letterbox of the image: one shape for all rows
+    shape = list(letterbox(read_image(image), 640, stride=32, auto=True)[0].shape[:2])
     rows = []
     for name, path in weights.items():
         files = _exports(path, tmp / "exports" / path.stem, data)
@@ -136,7 +141,6 @@ def bench_backends(weights: dict[str, Path], image: Path, runs: int, tmp: Path, 
                 weights=file, source=listing, imgsz=640, device="cpu", nosave=True, project=tmp / "b", bf16=bf16
             )
             inference = [r.inference_ms for r in result.results]
-            shape = list(result.results[0].shape)
             rows.append({"model": name, "backend": backend, "shape": shape, "inference_ms": _stats(inference)})
     return rows
 
@@ -149,8 +153,8 @@ def _backend_rows(rows: list[dict]) -> list[str]:
         ratio = inf["min"] / base[r["model"]] if base.get(r["model"]) else float("nan")
         shape = "x".join(map(str, r.get("shape", [])))
         out.append(
-            f"| backend {r['model']} {r['backend']}, --img 640, batch 1, input {shape} | {inf['min']}/{inf['median']} "
-            f"ms inference (min/median of {inf['runs']}), {ratio:.2f}x PyTorch float32 |"
+            f"| backend {r['model']} {r['backend']}, --img 640, batch 1, input {shape} (h x w) | "
+            f"{inf['min']}/{inf['median']} ms inference (min/median of {inf['runs']}), {ratio:.2f}x PyTorch float32 |"
         )
     return out
 

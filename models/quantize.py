@@ -67,6 +67,10 @@ class CalibrationImages:
     def __len__(self) -> int:
         return len(self.files)
 
+    def quiet(self) -> "CalibrationImages":
+        """The same inputs without a progress bar (NNCF draws its own)."""
+        return CalibrationImages(self.files, self.imgsz, self.stride, self.auto)
+
     def __iter__(self) -> Iterator[np.ndarray]:
         files = tqdm(self.files, desc=self.progress, bar_format=BAR) if self.progress else self.files
         for file in files:
@@ -121,7 +125,7 @@ def quantize_openvino(model, images: CalibrationImages):
     nncf = require_quantizer("openvino")
     logging.getLogger("nncf").setLevel(logging.WARNING)  # one INFO line per node it leaves alone is noise here
     ignored = nncf.IgnoredScope(names=_openvino_float_nodes(model), validate=False)
-    dataset = nncf.Dataset(images)
+    dataset = nncf.Dataset(images.quiet())
     preset = nncf.QuantizationPreset.MIXED
     return nncf.quantize(model, dataset, preset=preset, subset_size=len(images), ignored_scope=ignored)
 
@@ -138,7 +142,7 @@ def quantize_onnx(source: Path, destination: Path, images: CalibrationImages, qu
         logging.getLogger("nncf").setLevel(logging.WARNING)
         model = onnx.load(str(source))
         ignored = nncf.IgnoredScope(names=onnx_float_nodes(model), validate=False)
-        dataset = nncf.Dataset(images, lambda array: {"images": array})
+        dataset = nncf.Dataset(images.quiet(), lambda array: {"images": array})
         preset = nncf.QuantizationPreset.MIXED
         onnx.save(
             nncf.quantize(model, dataset, preset=preset, subset_size=len(images), ignored_scope=ignored),
