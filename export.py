@@ -1,4 +1,4 @@
-"""Export a YOLOv5 model for deployment: TorchScript, ONNX, OpenVINO IR (and TensorRT on CUDA, not yet built).
+"""Export a YOLOv5 model for deployment: TorchScript, ONNX, OpenVINO IR, and TensorRT engines on CUDA.
 
 Usage (the flags of YOLOv5's export.py); files are written beside the weights, with YOLOv5's names. A bare name
 (yolov5n.pt) missing here is taken from weights/, as detect.py does, so its exports land in weights/ too. An
@@ -6,18 +6,25 @@ existing file or folder of those names is replaced only when it is an earlier ex
 refused with one line:
     python export.py --weights yolov5n.pt --include torchscript onnx openvino   # yolov5n.torchscript, yolov5n.onnx,
                                                                                 # yolov5n_openvino_model/
-    python export.py --weights best.pt --include onnx --dynamic --img-size 640  # dynamic batch, height and width
-    python export.py --weights best.pt --include onnx --half --device 0         # FP16, CUDA only
+    python export.py --weights best.pt --include onnx --static --img 640        # one fixed 1x3x640x640 input
+    python export.py --weights best.pt --include openvino onnx --int8 --data coco128.yaml  # INT8, calibrated (NNCF)
+    python export.py --weights best.pt --include engine --half --device 0       # TensorRT FP16 (CUDA, tensorrt)
 
+Exports are dynamic in batch, height and width by default (unlike YOLOv5, whose exports are static unless
+--dynamic): detect.py and test.py then feed them the same rectangular letterboxed inputs as the .pt and get the
+.pt's detections. --static fixes the input to --img-size and --batch-size, for runtimes that need one shape.
+--int8 calibrates on --calib-images images (default 300, all when the split has fewer) of the --data YAML's val
+split and writes <stem>_int8.onnx / <stem>_int8_openvino_model/ beside the float exports.
 Every export returns the decoded predictions (B, N, 5 + nc) and carries the class names and stride as metadata.
-onnx, onnxruntime and openvino are optional: pip install -r requirements-export.txt
+onnx, onnxruntime, openvino and nncf are optional: pip install -r requirements-export.txt
 """
 
 import argparse
 import sys
 
 from models.export import FORMATS, ExportOptions, export
-from utils.cli import Parser, int_in, run_cli
+from models.quantize import DEFAULT_CALIBRATION_IMAGES, ONNX_QUANTIZERS
+from utils.cli import Parser, float_in, int_in, run_cli
 from utils.log import LOGGER
 from utils.torch_utils import select_device
 
@@ -33,10 +40,19 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     add("--batch-size", type=int_in(1, 1024), default=1, help="batch size of the exported input")
     add("--device", default="cpu", help="cpu, or a CUDA device: 0")
     add("--half", action="store_true", help="FP16 export (CUDA only)")
-    add("--dynamic", action="store_true", help="ONNX/TorchScript/OpenVINO: dynamic batch, height and width")
+    add("--dynamic", action="store_true", help="dynamic batch, height and width: the default, kept for YOLOv5's flag")
+    add("--static", action="store_true", help="one fixed input shape (--img-size, --batch-size) instead of dynamic")
+    add("--int8", action="store_true", help="INT8 ONNX/OpenVINO/TensorRT, calibrated on the --data val images")
+    add("--data", default=None, help="data YAML whose val split calibrates --int8")
+    add("--calib-images", type=int_in(1, 100_000), default=DEFAULT_CALIBRATION_IMAGES, help="--int8 calibration images")
+    quantizers = ", ".join(ONNX_QUANTIZERS)
+    add("--onnx-quantizer", choices=ONNX_QUANTIZERS, default="nncf", help=f"--int8 ONNX by: {quantizers}")
+    add("--workspace", type=float_in(0.25, 1024), default=4.0, help="TensorRT builder memory, GB")
     add("--simplify", action="store_true", help="simplify the ONNX graph with onnxslim when it is installed")
     add("--opset", type=int_in(11, 23), default=None, help="ONNX opset version (default 17)")
     opt = parser.parse_args(argv)
+    if opt.static and opt.dynamic:
+        parser.error("--static and --dynamic are exclusive (exports are dynamic by default)")
     if len(opt.imgsz) > 2:
         parser.error(f"--img-size takes one or two values, got {len(opt.imgsz)}")
     opt.imgsz = opt.imgsz * 2 if len(opt.imgsz) == 1 else opt.imgsz
@@ -53,9 +69,18 @@ def run(
     dynamic: bool = False,
     simplify: bool = False,
     opset: int | None = None,
+    static: bool = False,
+    int8: bool = False,
+    data: str | None = None,
+    calib_images: int = DEFAULT_CALIBRATION_IMAGES,
+    workspace: float = 4.0,
+    onnx_quantizer: str = "nncf",
 ) -> list:
-    """Export weights to each format in include; returns one models.export.Exported per written file."""
-    options = ExportOptions(tuple(imgsz), batch_size, dynamic, half, simplify, opset)
+    """Export weights to each format in include; returns one models.export.Exported per written file.
+
+    Exports are dynamic unless static (dynamic=True is accepted, as YOLOv5's flag, and changes nothing)."""
+    options = ExportOptions(tuple(imgsz), batch_size, not static, half, simplify, opset, int8, data, calib_images)
+    options.workspace_gb, options.onnx_quantizer = workspace, onnx_quantizer
     results = export(weights, list(include), options, select_device(device))
     for result in results:
         LOGGER.info(result.line())

@@ -4,10 +4,13 @@ Usage:
     python benchmarks/run.py                      # everything that applies to this machine
     python benchmarks/run.py --only detect metric # some sections: detect test train metric cuda
     python benchmarks/run.py --device 0           # CUDA figures too (AMP vs float32, FP16 vs float32)
-    python benchmarks/run.py --only backends      # PyTorch vs TorchScript, ONNX Runtime, OpenVINO exports
+    python benchmarks/run.py --only backends      # PyTorch, TorchScript, ONNX Runtime, OpenVINO; float32, int8
+    python benchmarks/run.py --only backends --models yolov5n  # one model
 
 Every figure is taken after a warm-up, as the min and median of several runs. COCO128 and the official
-yolov5n.pt come from ../shared (or --coco128 / --weights); yolov5s is timed with random weights (same speed).
+yolov5n.pt come from ../shared (or --coco128 / --weights); yolov5s is timed with random weights (same speed; its
+int8 rows calibrate those random weights on COCO128, which is as fast as calibrated real ones and says nothing of
+accuracy). The CPU's ISA flags (avx2, avx512*, vnni, amx) are printed with the table.
 """
 
 import argparse
@@ -80,29 +83,56 @@ def bench_detect(weights: dict[str, Path], image: Path, device: str, runs: int, 
     return rows
 
 
-BACKEND_FORMATS = {"TorchScript": ".torchscript", "ONNX Runtime": ".onnx", "OpenVINO": "_openvino_model"}
+BACKEND_FORMATS = {
+    "TorchScript": ".torchscript",
+    "ONNX Runtime": ".onnx",
+    "OpenVINO": "_openvino_model",
+    "ONNX Runtime int8": "_int8.onnx",
+    "OpenVINO int8": "_int8_openvino_model",
+}
+ISA_FLAGS = ("avx2", "avx512", "vnni", "amx")  # what decides CPU int8 and bf16 speed
 
 
-def _exports(weights: Path, folder: Path) -> dict[str, Path]:
-    """PyTorch weights and their dynamic exports (so every backend gets the same rectangular input), by backend."""
+def cpu_isa_flags() -> str:
+    """The CPU's vector ISA flags from /proc/cpuinfo (avx2, avx512*, *vnni, amx*), or a note where unreadable."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    wanted = sorted({f for f in flags if any(key in f for key in ISA_FLAGS)})
+    return " ".join(wanted) or "none of avx2/avx512/vnni/amx"
+
+
+def _exports(weights: Path, folder: Path, data: Path) -> dict[str, Path]:
+    """PyTorch weights and their dynamic exports, float32 and int8 (calibrated on data's val images), by backend:
+    every backend then gets the same rectangular input."""
     from models.export import ExportOptions, export
 
     folder.mkdir(parents=True, exist_ok=True)
     local = folder / weights.name
     local.write_bytes(weights.read_bytes())  # exports are written beside the weights: never into ../shared
-    export(local, ["torchscript", "onnx", "openvino"], ExportOptions(dynamic=True), torch.device("cpu"))
+    cpu = torch.device("cpu")
+    export(local, ["torchscript", "onnx", "openvino"], ExportOptions(), cpu)
+    export(local, ["onnx", "openvino"], ExportOptions(int8=True, data=data), cpu)
     return {"PyTorch float32": local} | {k: folder / f"{local.stem}{v}" for k, v in BACKEND_FORMATS.items()}
 
 
-def bench_backends(weights: dict[str, Path], image: Path, runs: int, tmp: Path) -> list[dict]:
-    """detect.py's inference per backend (--weights the exported file), same image, same threads, at 640."""
+def bench_backends(weights: dict[str, Path], image: Path, runs: int, tmp: Path, data: Path) -> list[dict]:
+    """detect.py's inference per backend (--weights the exported file): same image, so the same letterboxed input
+    shape, and the same thread count (ONNX Runtime and OpenVINO take torch's), at 640."""
     import detect
 
     listing = tmp / "images.txt"
     listing.write_text("\n".join([str(image)] * runs) + "\n")
+    from utils.data.augment import letterbox
+    from utils.images import read_image
+
+    # every export is dynamic, so every backend gets detect.py's letterbox of the image: one shape for all rows
+    shape = list(letterbox(read_image(image), 640, stride=32, auto=True)[0].shape[:2])
     rows = []
     for name, path in weights.items():
-        files = _exports(path, tmp / "exports" / path.stem)
+        files = _exports(path, tmp / "exports" / path.stem, data)
         runs = [(backend, file, False) for backend, file in files.items()]
         if cpu_supports_bf16():  # bfloat16 where the CPU runs it natively: PyTorch autocast and OpenVINO's hint
             runs += [("PyTorch bf16", files["PyTorch float32"], True), ("OpenVINO bf16", files["OpenVINO"], True)]
@@ -111,7 +141,7 @@ def bench_backends(weights: dict[str, Path], image: Path, runs: int, tmp: Path) 
                 weights=file, source=listing, imgsz=640, device="cpu", nosave=True, project=tmp / "b", bf16=bf16
             )
             inference = [r.inference_ms for r in result.results]
-            rows.append({"model": name, "backend": backend, "inference_ms": _stats(inference)})
+            rows.append({"model": name, "backend": backend, "shape": shape, "inference_ms": _stats(inference)})
     return rows
 
 
@@ -121,9 +151,10 @@ def _backend_rows(rows: list[dict]) -> list[str]:
     for r in rows:
         inf = r["inference_ms"]
         ratio = inf["min"] / base[r["model"]] if base.get(r["model"]) else float("nan")
+        shape = "x".join(map(str, r.get("shape", [])))
         out.append(
-            f"| backend {r['model']} {r['backend']}, --img 640, batch 1 | {inf['min']}/{inf['median']} ms "
-            f"inference (min/median of {inf['runs']}), {ratio:.2f}x PyTorch float32 |"
+            f"| backend {r['model']} {r['backend']}, --img 640, batch 1, input {shape} (h x w) | "
+            f"{inf['min']}/{inf['median']} ms inference (min/median of {inf['runs']}), {ratio:.2f}x PyTorch float32 |"
         )
     return out
 
@@ -387,7 +418,8 @@ def _train_row(r: dict) -> str:
 
 def markdown(results: dict) -> str:
     """The results as a markdown table, one row per figure."""
-    rows = [f"Machine: {results['machine']}", "", "| benchmark | figure |", "| --- | --- |"]
+    rows = [f"Machine: {results['machine']}", f"CPU flags: {results.get('cpu_flags', 'not recorded')}", ""]
+    rows += ["| benchmark | figure |", "| --- | --- |"]
     for r in results.get("detect", []):
         inf = r["inference_ms"]
         shape = f"{r['shape'][1]}x{r['shape'][0]}"
@@ -446,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", type=Path, default=SHARED / "images" / "bus.jpg")
     parser.add_argument("--runs", type=int, default=20, help="timed repetitions for detect")
     parser.add_argument("--metric-images", type=int, default=5000)
+    parser.add_argument("--models", nargs="+", default=["yolov5n", "yolov5s"], choices=["yolov5n", "yolov5s"])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "benchmarks")
     opt = parser.parse_args(argv)
     for needed in (opt.weights, opt.coco128, opt.image):
@@ -455,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     cuda = opt.device != "cpu" and torch.cuda.is_available()
     results = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-        f"torch {torch.__version__}" + (f", {torch.cuda.get_device_name(0)}" if cuda else "")
+        f"torch {torch.__version__}" + (f", {torch.cuda.get_device_name(0)}" if cuda else ""),
+        "cpu_flags": cpu_isa_flags(),
     }
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
@@ -464,8 +498,10 @@ def main(argv: list[str] | None = None) -> int:
             weights = {"yolov5n": opt.weights, "yolov5s (random weights)": _random_weights("yolov5s.yaml", tmp)}
             results["detect"] = bench_detect(weights, opt.image, opt.device, opt.runs, tmp)
         if "backends" in opt.only:
-            weights = {"yolov5n": opt.weights, "yolov5s (random weights)": _random_weights("yolov5s.yaml", tmp)}
-            results["backends"] = bench_backends(weights, opt.image, opt.runs, tmp)
+            weights = {"yolov5n": opt.weights} if "yolov5n" in opt.models else {}
+            if "yolov5s" in opt.models:
+                weights["yolov5s (random weights)"] = _random_weights("yolov5s.yaml", tmp)
+            results["backends"] = bench_backends(weights, opt.image, opt.runs, tmp, data)
         if "test" in opt.only:
             results["test"] = bench_test(data, opt.weights, opt.device, tmp, repeats=2)
         if "train" in opt.only:

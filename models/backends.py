@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from models.export_metadata import (
     OPENVINO_FOLDER,
@@ -25,77 +24,11 @@ from models.export_metadata import (
     parse_metadata,
     torchscript_metadata,
 )
+from models.runtime import Backend, import_optional
 from utils.downloads import attempt_download_weights
 from utils.errors import BackendError
 from utils.log import LOGGER
 from utils.torch_utils import CHANNELS_LAST_CPU, cpu_supports_bf16
-
-INSTALL = "pip install -r requirements-export.txt"
-
-
-def _import(module: str):
-    """The optional package `module`, or BackendError naming how to install the export extra (or, when it is
-    installed but fails to import, e.g. a shared library that cannot be mapped under a memory limit, why)."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        if importlib.util.find_spec(module) is None:
-            raise BackendError(f"running this export needs the {module} package: {INSTALL}") from None
-        raise BackendError(f"the {module} package is installed but cannot be imported: {error_line(e)}") from None
-
-
-class Backend(nn.Module):
-    """An exported model; forward(x) -> (predictions on x's device, None). Subclasses implement run(x)."""
-
-    kind = "backend"
-    last_line = False  # whether the runtime's exception text has its cause on its last line (OpenVINO)
-
-    def __init__(self, path: Path, meta: dict, device: torch.device):
-        super().__init__()
-        self.path, self.device = path, device
-        self.names = meta["names"]
-        self.stride = torch.tensor(meta["stride"])
-        self.fixed_shape = None if meta["dynamic"] else tuple(meta["imgsz"])
-        self.batch = None if meta["dynamic"] else meta["batch"]
-        # An empty parameter tells code that asks next(model.parameters()) the device and the float32 input dtype.
-        self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
-
-    def run(self, x: torch.Tensor) -> torch.Tensor:
-        """Raw predictions of one batch the export accepts."""
-        raise NotImplementedError
-
-    def checked_run(self, x: torch.Tensor) -> torch.Tensor:
-        """run(x) as float32 on x's device; a runtime's failure (a graph that does not take this input or gives
-        another output than (B, N, 5 + nc)) as one BackendError line naming the export."""
-        try:
-            out = self.run(x)
-        except (MemoryError, torch.OutOfMemoryError):
-            raise
-        except Exception as e:  # torch.jit.Error, onnxruntime's and OpenVINO's types are not RuntimeErrors
-            raise BackendError(
-                f"{self.path} failed on a {tuple(x.shape)} input: {error_line(e, self.last_line)}"
-            ) from None
-        if out.ndim != 3 or out.shape[0] != x.shape[0] or out.shape[-1] != 5 + len(self.names):
-            shape = f"(batch, boxes, {5 + len(self.names)})"
-            raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(out.shape)}, expected {shape}")
-        return out.to(x.device).float()
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        if self.fixed_shape and tuple(x.shape[2:]) != self.fixed_shape:
-            h, w = self.fixed_shape
-            raise BackendError(
-                f"{self.path} is a static {h}x{w} export but got a {x.shape[2]}x{x.shape[3]} input: "
-                f"letterbox to {h}x{w} or export with --dynamic"
-            )
-        if not self.batch:
-            return self.checked_run(x), None
-        outputs = []
-        for chunk in x.split(self.batch):  # a fixed batch: split larger inputs, zero-pad the last chunk
-            n = chunk.shape[0]
-            if n < self.batch:
-                chunk = torch.cat([chunk, chunk.new_zeros((self.batch - n, *chunk.shape[1:]))])
-            outputs.append(self.checked_run(chunk)[:n])
-        return torch.cat(outputs), None
 
 
 class TorchScriptBackend(Backend):
@@ -145,7 +78,7 @@ class OnnxBackend(Backend):
     own_threads = True  # runs on its own thread pool: the Predictor then pre-processes in NumPy, not torch
 
     def __init__(self, path: Path, device: torch.device):
-        ort = _import("onnxruntime")
+        ort = import_optional("onnxruntime")
         super().__init__(path, parse_metadata(onnx_metadata(path), path), device)  # before the graph is loaded
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
@@ -175,7 +108,7 @@ class OpenVinoBackend(Backend):
     last_line = True
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):
-        ov = _import("openvino")
+        ov = import_optional("openvino")
         xmls = sorted(path.glob("*.xml"))
         if not xmls:
             raise BackendError(f"{path} holds no OpenVINO .xml model: export it with export.py --include openvino")
@@ -211,14 +144,14 @@ def _openvino_call(function, xml: Path, failed: str, *args):
 
 
 def _engine(path: Path, device: torch.device) -> Backend:
-    """TensorRT engines are not run by this build; one line on what they would need."""
-    try:
-        import tensorrt  # noqa: F401
-    except ImportError:
-        raise BackendError(f"{path}: TensorRT engines need CUDA and tensorrt ({INSTALL} on a CUDA machine)") from None
+    """A TensorRT engine (models/tensorrt.py), which needs CUDA and tensorrt: one line when either is missing."""
+    if importlib.util.find_spec("tensorrt") is None:
+        raise BackendError(f"{path}: TensorRT engines need CUDA and the tensorrt package (pip install tensorrt)")
     if device.type != "cuda":
         raise BackendError(f"{path}: TensorRT engines need CUDA and tensorrt; pass --device 0")
-    raise BackendError(f"{path}: running TensorRT engines is not supported yet; use the .onnx export")
+    from models.tensorrt import TensorRTBackend
+
+    return TensorRTBackend(path, device)
 
 
 def check_exported(paths: list, half: bool | None, bf16: bool, augment: bool) -> None:
@@ -252,7 +185,10 @@ def describe_backend(backend: Backend) -> str:
         shape = f"static {backend.batch}x3x{h}x{w} input (square letterbox at {h}x{w})"
     else:
         shape = "dynamic input (rectangular letterbox)"
-    return f"{backend.kind} backend, {len(backend.names)} classes, {shape}"
+    precision = backend.precision
+    if precision == "int8":
+        precision += f" (calibrated on {backend.calibration_images} images)"
+    return f"{backend.kind} backend, {precision}, {len(backend.names)} classes, {shape}"
 
 
 def load_backend(path: str | Path, device: str | torch.device = "cpu", bf16: bool = False) -> Backend:

@@ -1,11 +1,19 @@
-"""Export a trained model for deployment: TorchScript, ONNX and OpenVINO IR (TensorRT needs CUDA and tensorrt).
+"""Export a trained model for deployment: TorchScript, ONNX, OpenVINO IR and TensorRT engines (CUDA and tensorrt).
 
 Every export holds the inference output only, ``(B, N, 5 + nc)`` boxes in input pixels (xywh, objectness, class
 scores, all after sigmoid), and carries its metadata so an inference backend needs nothing else:
 ``names`` (list of class names), ``stride`` (the largest stride, an int, as YOLOv5 stores it), ``strides`` (every
-level's), ``imgsz`` ([h, w] of the export), ``batch``, ``dynamic``, ``half`` and ``exporter`` (EXPORTER: marks the
+level's), ``imgsz`` ([h, w] of the export), ``batch``, ``dynamic``, ``half``, ``precision`` (fp32, fp16 or int8),
+``calibration_images`` (how many images calibrated an int8 export, else 0) and ``exporter`` (EXPORTER: marks the
 export as ours). Where it lives per format: TorchScript: ``config.txt`` (JSON) in the archive's extra files; ONNX:
-``metadata_props`` (each value a JSON string); OpenVINO: ``metadata.yaml`` in the model folder.
+``metadata_props`` (each value a JSON string); OpenVINO: ``metadata.yaml`` in the model folder; TensorRT: a JSON
+header before the engine (models/tensorrt.py).
+
+Exports are dynamic in batch, height and width by default, so detect.py and test.py letterbox them to the same
+rectangles as the .pt and get the same detections; ``static`` fixes one input shape (imgsz and batch) for runtimes
+that need it. ``int8`` quantizes the ONNX and OpenVINO exports (and TensorRT engines) after calibrating on images
+of a data YAML's val split (models/quantize.py); they are written as ``<stem>_int8.onnx`` and
+``<stem>_int8_openvino_model/`` beside the float ones.
 
 Nothing else is ever overwritten or deleted. Each export is written into a scratch folder beside the weights (the
 ONNX file that OpenVINO converts from stays there too) and moved into place with one rename when complete. An
@@ -29,10 +37,11 @@ import torch
 import yaml
 from torch import nn
 
+from models import quantize
 from models.checkpoint import load_model
 from models.export_metadata import is_openvino, parse_metadata, read_metadata
 from utils import downloads
-from utils.errors import BackendError, ExportError
+from utils.errors import BackendError, ExportError, QuantizationError
 from utils.log import LOGGER
 
 FORMATS = ("torchscript", "onnx", "openvino", "engine")
@@ -43,16 +52,29 @@ LEGACY_KEYS = {"names", "stride", "strides", "imgsz", "batch", "dynamic", "half"
 OPENVINO_FILES = (".xml", ".bin")  # with metadata.yaml, all that an OpenVINO folder of ours holds
 
 
+INT8_FORMATS = ("onnx", "openvino", "engine")
+
+
 @dataclass
 class ExportOptions:
-    """How to export: input size (h, w), batch, dynamic axes, FP16 (CUDA only), ONNX simplification and opset."""
+    """How to export: input size (h, w), batch, dynamic axes (the default; False fixes imgsz and batch), FP16 (CUDA
+    only), ONNX simplification and opset; INT8 calibrated on calib_images images of the data YAML's val split."""
 
     imgsz: tuple[int, int] = (640, 640)
     batch: int = 1
-    dynamic: bool = False
+    dynamic: bool = True
     half: bool = False
     simplify: bool = False
     opset: int | None = None
+    int8: bool = False
+    data: str | Path | None = None
+    calib_images: int = quantize.DEFAULT_CALIBRATION_IMAGES
+    workspace_gb: float = 4.0  # TensorRT builder memory
+    onnx_quantizer: str = "nncf"  # or onnxruntime (quantize_static), for --int8 ONNX exports
+
+    @property
+    def precision(self) -> str:
+        return "int8" if self.int8 else "fp16" if self.half else "fp32"
 
 
 @dataclass
@@ -80,6 +102,8 @@ class ExportJob:
     options: ExportOptions
     scratch: Path | None = None  # the private folder beside the weights where exports are written first
     results: list[Exported] = field(default_factory=list)
+    calibration: quantize.CalibrationImages | None = None  # the int8 calibration inputs
+    float_onnx: Path | None = None  # a float ONNX of the model, written once for OpenVINO and int8 exports
 
 
 class InferenceOutput(nn.Module):
@@ -119,6 +143,8 @@ def export_metadata(model: nn.Module, options: ExportOptions) -> dict:
         "batch": options.batch,
         "dynamic": options.dynamic,
         "half": options.half,
+        "precision": options.precision,
+        "calibration_images": 0,  # set once the calibration images are known
         "exporter": EXPORTER,
     }
 
@@ -157,7 +183,17 @@ def _write_onnx(job: ExportJob, path: Path) -> None:
         )
 
 
-def export_onnx(job: ExportJob, path: Path) -> Path:
+def _set_onnx_metadata(onnx, path: Path, metadata: dict) -> None:
+    """metadata as the file's metadata_props (each value a JSON string), replacing any it had."""
+    proto = onnx.load(str(path))
+    del proto.metadata_props[:]
+    for key, value in metadata.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, json.dumps(value)
+    onnx.save(proto, str(path))
+
+
+def export_float_onnx(job: ExportJob, path: Path) -> Path:
     """torch.onnx.export into path, checked with onnx.checker; metadata as metadata_props (JSON strings)."""
     onnx = require("onnx")
     _write_onnx(job, path)
@@ -165,10 +201,29 @@ def export_onnx(job: ExportJob, path: Path) -> Path:
     onnx.checker.check_model(proto)
     if job.options.simplify:
         proto = _simplified(proto)
-    for key, value in job.metadata.items():
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = key, json.dumps(value)
     onnx.save(proto, str(path))
+    _set_onnx_metadata(onnx, path, {**job.metadata, "precision": "fp16" if job.options.half else "fp32"})
+    return path
+
+
+def float_onnx(job: ExportJob) -> Path:
+    """A float ONNX of the model: this run's ONNX export when it is float, else one written once in the scratch
+    folder (an intermediate file, never beside the weights)."""
+    done = [r.path for r in job.results if r.format == "onnx" and not job.options.int8]
+    if done:
+        return done[0]
+    if job.float_onnx is None:
+        (job.scratch / "intermediate").mkdir()
+        job.float_onnx = export_float_onnx(job, job.scratch / "intermediate" / "model.onnx")
+    return job.float_onnx
+
+
+def export_onnx(job: ExportJob, path: Path) -> Path:
+    """The ONNX export into path: float, or with --int8 the float graph quantized by ONNX Runtime (QDQ)."""
+    if not job.options.int8:
+        return export_float_onnx(job, path)
+    quantize.quantize_onnx(float_onnx(job), path, job.calibration, job.options.onnx_quantizer)
+    _set_onnx_metadata(require("onnx"), path, job.metadata)
     return path
 
 
@@ -183,14 +238,12 @@ def _simplified(proto):
 
 
 def export_openvino(job: ExportJob, folder: Path) -> Path:
-    """openvino.convert_model from the ONNX export (this run's, or one written to the scratch folder) into folder."""
+    """openvino.convert_model from a float ONNX export into folder; with --int8 quantized by NNCF first."""
     ov = require("openvino")
-    onnx_path = next((r.path for r in job.results if r.format == "onnx"), None)
-    if onnx_path is None:  # an intermediate file: written in the scratch folder, never beside the weights
-        (job.scratch / "intermediate").mkdir()
-        onnx_path = export_onnx(job, job.scratch / "intermediate" / "model.onnx")
+    model = ov.convert_model(str(float_onnx(job)))
+    if job.options.int8:
+        model = quantize.quantize_openvino(model, job.calibration)
     folder.mkdir()
-    model = ov.convert_model(str(onnx_path))
     ov.save_model(model, str(folder / f"{job.weights.stem}.xml"), compress_to_fp16=job.options.half)
     with open(folder / "metadata.yaml", "w", encoding="utf-8") as f:
         yaml.safe_dump(job.metadata, f, sort_keys=False)
@@ -198,11 +251,10 @@ def export_openvino(job: ExportJob, folder: Path) -> Path:
 
 
 def export_engine(job: ExportJob, path: Path) -> Path:
-    """TensorRT engines are not built here yet: refused with one line on every device."""
-    if job.sample.device.type != "cuda":
-        raise ExportError("--include engine (TensorRT) needs a CUDA device: pass --device 0")
-    require("tensorrt")
-    raise ExportError("--include engine (TensorRT) is not supported yet; export onnx and build it with trtexec")
+    """A TensorRT engine built from a float ONNX export (models/tensorrt.py); CUDA and tensorrt only."""
+    from models import tensorrt
+
+    return tensorrt.build_engine(job, float_onnx(job), path)
 
 
 EXPORTERS = {
@@ -213,11 +265,12 @@ EXPORTERS = {
 }
 
 
-def output_path(weights: Path, fmt: str) -> Path:
-    """Where an export of weights goes: beside them, with YOLOv5's names."""
+def output_path(weights: Path, fmt: str, int8: bool = False) -> Path:
+    """Where an export of weights goes: beside them, with YOLOv5's names (int8 ones with _int8 after the stem)."""
+    stem = f"{weights.stem}_int8" if int8 else weights.stem
     if fmt == "openvino":
-        return weights.parent / f"{weights.stem}_openvino_model"
-    return weights.with_suffix(f".{fmt}")
+        return weights.parent / f"{stem}_openvino_model"
+    return weights.parent / f"{stem}.{fmt}"
 
 
 def _our_metadata(path: Path) -> bool:
@@ -312,24 +365,53 @@ def prepare(weights: str | Path, options: ExportOptions, device: torch.device) -
     return ExportJob(wrapped, sample, metadata, weights, options)
 
 
+def check_int8(formats: list[str], options: ExportOptions) -> list[str]:
+    """The calibration images of an --int8 export, each refusal one line before any work starts: no --data, a
+    format that is not quantized, a missing quantization package, a data YAML whose split has no images."""
+    if not options.int8:
+        return []
+    if not options.data:
+        raise QuantizationError("--int8 needs --data: a data YAML whose val images calibrate the quantization")
+    others = [f for f in formats if f not in INT8_FORMATS]
+    if others:
+        raise QuantizationError(f"--int8 quantizes {', '.join(INT8_FORMATS)} exports, not {others[0]}: drop it")
+    if options.half:
+        raise QuantizationError("--int8 and --half are exclusive: pick one precision")
+    for fmt in formats:
+        if fmt != "engine":
+            quantize.require_quantizer(fmt, options.onnx_quantizer)
+    return quantize.calibration_files(options.data, options.calib_images)
+
+
 def export(weights: str | Path, include: list[str], options: ExportOptions, device: torch.device) -> list[Exported]:
     """Export weights to every format in include, beside the weights; one Exported per format.
 
     A bare weights name missing here is taken from weights/ (official names downloaded), as detect.py does;
-    every destination is checked before any work starts, and each export is moved into place when complete."""
+    every destination and input is checked before any work starts, and each export is moved into place when
+    complete."""
     unknown = [f for f in include if f not in EXPORTERS]
     if unknown:
         raise ExportError(f"--include {unknown[0]}: unknown format, choose from {', '.join(FORMATS)}")
     formats = list(dict.fromkeys(include))
+    if "engine" in formats:
+        from models import tensorrt
+
+        tensorrt.check_builder(device)
+    calibration_files = check_int8(formats, options)
     weights = resolve_weights(weights)
     for fmt in formats:
-        if fmt != "engine":  # refused by its exporter, before anything is written
-            check_destination(output_path(weights, fmt))
+        check_destination(output_path(weights, fmt, options.int8))
     with scratch_folder(weights) as scratch:
         job = prepare(weights, options, device)
         job.scratch = Path(scratch)
+        if calibration_files:
+            auto = options.dynamic  # detect.py's letterbox: a stride-padded rectangle, or the fixed static shape
+            job.calibration = quantize.CalibrationImages(
+                calibration_files, options.imgsz, job.metadata["stride"], auto, progress="Calibrating"
+            )
+            job.metadata["calibration_images"] = len(calibration_files)
         for fmt in formats:
-            start, path = time.perf_counter(), output_path(weights, fmt)
+            start, path = time.perf_counter(), output_path(weights, fmt, options.int8)
             # .to() empties Detect's grid cache, so each trace computes the grids from the input shape, in the graph
             job.model.to(job.sample.dtype)
             with torch.no_grad():

@@ -27,6 +27,7 @@ STRIDES = {2, 4, 8, 16, 32, 64, 128}  # YOLOv5 uses 8-32 (P5) and 8-64 (P6)
 MAX_IMGSZ, MAX_BATCH = 8192, 1024  # the largest export.py writes
 MAX_TORCHSCRIPT_CODE = 64 << 20  # inflated size of a TorchScript's compressed members (code); yolov5x's is ~2 MB
 MAX_IR_XML_BYTES = 64 << 20  # an OpenVINO .xml holds the graph, not the weights; yolov5x's is ~1 MB
+PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def is_backend_path(path) -> bool:
@@ -120,7 +121,19 @@ def parse_metadata(raw: dict, path) -> dict:
         "batch": batch[0],
         "dynamic": meta.get("dynamic", False) is True,
         "exporter": meta.get("exporter") if isinstance(meta.get("exporter"), str) else None,
+        "precision": _precision(meta),
+        "calibration_images": _positive_ints(meta.get("calibration_images") or 1, "calibration_images", path)[0]
+        if meta.get("precision") == "int8"
+        else 0,
     }
+
+
+def _precision(meta: dict) -> str:
+    """fp32, fp16 or int8 as recorded (exports from before it was recorded: fp16 when half, else fp32)."""
+    precision = meta.get("precision")
+    if precision in PRECISIONS:
+        return precision
+    return "fp16" if meta.get("half") is True else "fp32"
 
 
 def _varint(stream) -> int | None:
@@ -244,11 +257,31 @@ def openvino_metadata(folder: Path) -> dict:
     return raw
 
 
+def read_engine_metadata(path: Path) -> tuple[dict, int]:
+    """The JSON header of a TensorRT engine file of ours (a 4-byte little-endian length, then the JSON) and the
+    offset where the engine starts; the length is checked against MAX_METADATA_BYTES and the file before reading."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(4), byteorder="little", signed=True)
+            if not 0 < size <= min(MAX_METADATA_BYTES, path.stat().st_size - 4):
+                raise BackendError(f"{path} has no metadata header of ours: export it with export.py --include engine")
+            raw = json.loads(f.read(size).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise BackendError(f"{path}: its metadata header is not JSON (not an engine of ours?)") from None
+    except OSError as e:
+        raise BackendError(f"{path} could not be read: {e.strerror or e}") from None
+    if not isinstance(raw, dict):
+        raise BackendError(f"{path}: its metadata header is not a mapping")
+    return raw, 4 + size
+
+
 def read_metadata(path: str | Path) -> dict:
-    """The raw metadata of an export (.torchscript, .onnx or *_openvino_model folder), read with bounds."""
+    """The raw metadata of an export (.torchscript, .onnx, .engine or *_openvino_model folder), read with bounds."""
     path = Path(path)
     if is_openvino(path):
         return openvino_metadata(path)
+    if path.suffix == ".engine":
+        return read_engine_metadata(path)[0]
     return torchscript_metadata(path) if path.suffix == ".torchscript" else onnx_metadata(path)
 
 

@@ -856,6 +856,56 @@ def _link_cases(f: Fixtures) -> list[Case]:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Issue 19: INT8 exports refuse what they cannot calibrate or load in one line
+
+
+def int8_cases(f: Fixtures) -> list[Case]:
+    item = f.folder("issue19_int8")
+    shutil.copy(WEIGHTS, item / "yolov5n.pt")
+    (item / "empty").mkdir()
+    empty = _write(item / "empty.yaml", {"path": str(item), "train": "empty", "val": "empty", "names": ["a"]})
+    int8 = ["export.py", "--weights", str(item / "yolov5n.pt"), *SMALL, "--int8"]
+    broken = f.root / "issue19_broken" / "yolov5n_int8_openvino_model"
+
+    def build_broken() -> None:
+        if broken.exists():
+            return
+        broken.parent.mkdir()
+        shutil.copy(WEIGHTS, broken.parent / "yolov5n.pt")
+        f.run(
+            [
+                "export.py",
+                "--weights",
+                str(broken.parent / "yolov5n.pt"),
+                *SMALL,
+                "--include",
+                "openvino",
+                "--int8",
+                "--data",
+                str(f.coco),
+            ]
+        )
+        _truncate(broken / "yolov5n.bin")
+
+    no_nncf = f"""
+        sys.modules["nncf"] = None  # as if nncf were not installed
+        import export
+        export.run({str(item / "yolov5n.pt")!r}, ["openvino"], imgsz=(64, 64), int8=True, data={str(f.coco)!r})
+    """
+    return [
+        error("19 export --int8 without --data", [*int8, "--include", "openvino"], _contains("--int8 needs --data")),
+        error(
+            "19 export --int8 --data whose val split has no images",
+            [*int8, "--include", "onnx", "--data", str(empty)],
+            _contains("no calibration images"),
+        ),
+        error("19 export --int8 without the nncf package", api(no_nncf), _contains("needs the nncf package")),
+        error("19 detect a corrupt INT8 OpenVINO folder", f.detect(BUS, *SMALL, weights=broken), setup=build_broken),
+        error("19 test a corrupt INT8 OpenVINO folder", f.test(f.coco, weights=broken), setup=build_broken),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # More found by sweeping the flags that read or write files
 
 
@@ -877,11 +927,11 @@ def more_cases(f: Fixtures) -> list[Case]:
 
 
 def safety_cases(sweep: Sweep) -> list[Case]:
-    """Every issue-16 case, in the order of the issue's items."""
+    """Every issue-16 case, in the order of the issue's items (and issue 19's INT8 cases)."""
     f = Fixtures(sweep)
     groups = (generate_cases, resume_cases, exist_ok_cases, export_safety_cases, yaml_bomb_cases)
     groups += (checkpoint_bomb_cases, concurrent_cases, swap_cases, url_cases, broken_export_cases, image_cases)
-    groups += (special_file_cases, readme_export_cases, more_cases)
+    groups += (special_file_cases, readme_export_cases, int8_cases, more_cases)
     return [case for group in groups for case in group(f)]
 
 

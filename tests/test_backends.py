@@ -5,6 +5,7 @@ The exports are of the real yolov5n weights at small sizes (128 px static, 64-12
 boxes while the tests stay fast."""
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -210,3 +211,72 @@ def test_openvino_bf16_runs_in_bfloat16_where_the_cpu_has_it(static_exports, sha
         half = non_max_suppression(backend(x)[0], 0.25, 0.45)[0]
     assert len(full) and full[:, 5].tolist() == half[:, 5].tolist()
     torch.testing.assert_close(half[:, :4], full[:, :4], atol=4.0, rtol=0)  # pixels at 128 px
+
+
+# --- TensorRT engines: the header is read as bounded data here; building and running need CUDA and tensorrt -------
+
+
+def _fake_engine(path: Path, meta: dict, payload: bytes = b"not an engine") -> Path:
+    header = json.dumps(meta).encode()
+    path.write_bytes(len(header).to_bytes(4, "little", signed=True) + header + payload)
+    return path
+
+
+def test_engine_metadata_header_is_read_with_bounds(tmp_path):
+    from models.export import EXPORTER, is_our_export
+    from models.export_metadata import parse_metadata, read_engine_metadata
+
+    meta = {"names": ["a", "b"], "stride": 32, "imgsz": [640, 640], "batch": 4, "dynamic": True}
+    path = _fake_engine(tmp_path / "m.engine", {**meta, "precision": "int8", "calibration_images": 9})
+    raw, offset = read_engine_metadata(path)
+    parsed = parse_metadata(raw, path)
+    assert parsed["names"] == ["a", "b"] and parsed["precision"] == "int8" and parsed["calibration_images"] == 9
+    assert offset == 4 + len(json.dumps(raw).encode()) and not is_our_export(path)  # no EXPORTER key
+    assert is_our_export(_fake_engine(tmp_path / "ours.engine", {**meta, "exporter": EXPORTER}))
+    huge = tmp_path / "huge.engine"
+    huge.write_bytes((1 << 30).to_bytes(4, "little", signed=True) + b"{}")  # claims 1 GiB of metadata
+    with pytest.raises(BackendError, match="no metadata header of ours"):
+        read_engine_metadata(huge)
+    (tmp_path / "text.engine").write_bytes((4).to_bytes(4, "little", signed=True) + b"\xff\xfe{]")
+    with pytest.raises(BackendError, match="not JSON"):
+        read_engine_metadata(tmp_path / "text.engine")
+
+
+def test_engine_without_tensorrt_or_cuda_is_one_line(tmp_path, monkeypatch):
+    path = _fake_engine(tmp_path / "m.engine", {"names": ["a"], "stride": 32})
+    with pytest.raises(BackendError, match="TensorRT engines need CUDA") as error:
+        load_backend(path, "cpu")
+    assert "\n" not in str(error.value)
+
+
+needs_tensorrt = pytest.mark.skipif(
+    importlib.util.find_spec("tensorrt") is None or not torch.cuda.is_available(), reason="needs tensorrt and CUDA"
+)
+
+
+@needs_tensorrt
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_tensorrt_engine_detects_like_pytorch(shared, tmp_path, precision):
+    import export as export_cli
+
+    weights = tmp_path / "yolov5n.pt"
+    shutil.copy(shared / "weights/yolov5n.pt", weights)
+    files = sorted((shared / "datasets/coco128/images/train2017").glob("*.jpg"))[:16]
+    (tmp_path / "val.txt").write_text("".join(f"{f}\n" for f in files))
+    data = tmp_path / "data.yaml"
+    data.write_text(f"path: {tmp_path}\ntrain: val.txt\nval: val.txt\nnc: 80\nnames: {list(COCO80_NAMES)}\n")
+    flags = {"fp32": [], "fp16": ["--half"], "int8": ["--int8", "--data", str(data)]}[precision]
+    argv = ["--weights", str(weights), "--include", "engine", "--device", "0", "--img", "128", *flags]
+    assert export_cli.main([*argv, "--batch-size", "2"]) == 0
+    engine = tmp_path / ("yolov5n_int8.engine" if precision == "int8" else "yolov5n.engine")
+    backend = load_backend(engine, "cuda:0")
+    assert backend.precision == precision and backend.fixed_shape is None
+    model = load_model(shared / "weights/yolov5n.pt", "cuda:0")
+    x = _input(shared, (128, 128), auto=True).cuda()
+    with torch.no_grad():
+        a = non_max_suppression(model(x)[0], 0.25, 0.45)[0]
+        b = non_max_suppression(backend(torch.cat([x] * 3))[0][:1], 0.25, 0.45)[0]  # 3 > batch 2: in chunks
+    assert len(a) > 0 and len(b) > 0 and int(a[0, 5]) == int(b[0, 5])
+    tolerance = {"fp32": 0.5, "fp16": 2.0, "int8": 8.0}[precision]  # pixels at 128 px
+    torch.testing.assert_close(b[0, :4], a[0, :4], atol=tolerance, rtol=0)

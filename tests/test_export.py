@@ -1,5 +1,6 @@
 """export.py and models/export.py: each format round-trips (outputs and metadata) and bad inputs end in one line."""
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -10,13 +11,16 @@ import pytest
 import torch
 import yaml
 
+import detect
 import export
 from models.checkpoint import checkpoint_dict, load_model, save_checkpoint
 from models.export import ExportOptions
 from models.export import export as export_weights
 from models.yolo import Model
 from utils.errors import ExportError
+from utils.eval.coco_io import COCO80_NAMES
 
+ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["cat", "dog", "bird"]
 CPU = torch.device("cpu")
 
@@ -51,8 +55,8 @@ def _check_metadata(meta: dict, imgsz: list[int], dynamic: bool) -> None:
 
 
 def _exported(weights: Path, fmt: str, dynamic: bool = False) -> Path:
-    """Export weights at 64x64 to one format in-process, via export.run (as the CLI does)."""
-    results = export.run(str(weights), [fmt], imgsz=(64, 64), dynamic=dynamic)
+    """Export weights at 64x64 to one format in-process, via export.run (as the CLI does): static unless dynamic."""
+    results = export.run(str(weights), [fmt], imgsz=(64, 64), static=not dynamic)
     assert [r.format for r in results] == [fmt] and results[0].size_mb > 0
     return results[0].path
 
@@ -158,3 +162,73 @@ def test_missing_package_names_the_requirements_file(tiny_weights, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)  # as if onnx were not installed: importing it raises ImportError
     with pytest.raises(ExportError, match="onnx is not installed: pip install -r requirements-export.txt"):
         export_weights(tiny_weights, ["onnx"], ExportOptions(imgsz=(64, 64)), CPU)
+
+
+def test_exports_are_dynamic_by_default_and_static_on_request(tiny_weights):
+    onnx = pytest.importorskip("onnx", reason="optional: pip install -r requirements-export.txt")
+    results = export.run(str(tiny_weights), ["onnx"], imgsz=(64, 64))
+    meta = {p.key: json.loads(p.value) for p in onnx.load(str(results[0].path)).metadata_props}
+    assert meta["dynamic"] is True and meta["precision"] == "fp32" and meta["calibration_images"] == 0
+    results = export.run(str(tiny_weights), ["onnx"], imgsz=(64, 64), static=True)
+    meta = {p.key: json.loads(p.value) for p in onnx.load(str(results[0].path)).metadata_props}
+    assert meta["dynamic"] is False and meta["imgsz"] == [64, 64]
+
+
+def test_static_and_dynamic_together_are_refused(tiny_weights, capsys):
+    with pytest.raises(SystemExit):
+        export.main(["--weights", str(tiny_weights), "--static", "--dynamic"])
+    assert "--static and --dynamic are exclusive" in capsys.readouterr().err
+
+
+# --- acceptance: default exports reproduce the .pt (detect.py's reference boxes, test.py's mAP) ---------------------
+
+DEFAULT_FORMATS = {"torchscript": "yolov5n.torchscript", "onnx": "yolov5n.onnx", "openvino": "yolov5n_openvino_model"}
+
+
+@pytest.fixture(scope="module")
+def default_exports(tmp_path_factory, shared) -> Path:
+    """The official yolov5n exported with export.py's defaults (640, dynamic) to every installed format."""
+    pytest.importorskip("onnx", reason="optional: pip install -r requirements-export.txt")
+    folder = tmp_path_factory.mktemp("default_exports")
+    shutil.copy(shared / "weights" / "yolov5n.pt", folder / "yolov5n.pt")
+    include = ["torchscript", "onnx"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
+    assert export.main(["--weights", str(folder / "yolov5n.pt"), "--include", *include]) == 0
+    return folder
+
+
+def _installed(fmt: str) -> None:
+    package = {"torchscript": None, "onnx": "onnxruntime", "openvino": "openvino"}[fmt]
+    if package and importlib.util.find_spec(package) is None:
+        pytest.skip(f"optional {package} is not installed")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", list(DEFAULT_FORMATS))
+def test_default_export_reproduces_the_official_detections(default_exports, shared, tmp_path, fmt, log):
+    from test_detect import _assert_matches_reference  # IoU >= 0.95, confidence within 0.02 of YOLOv5's labels
+
+    _installed(fmt)
+    weights = default_exports / DEFAULT_FORMATS[fmt]
+    argv = ["--weights", str(weights), "--source", str(shared / "images"), "--save-txt", "--save-conf", "--nosave"]
+    assert detect.main([*argv, "--project", str(tmp_path)]) == 0
+    assert "dynamic input (rectangular letterbox)" in log.text
+    _assert_matches_reference(tmp_path / "exp" / "labels")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", list(DEFAULT_FORMATS))
+def test_default_export_gives_the_pt_coco128_map(default_exports, shared, tmp_path, fmt):
+    _installed(fmt)
+    spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package
+    yolo_test = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(yolo_test)
+    root = shared / "datasets" / "coco128"
+    data = tmp_path / "coco128.yaml"
+    lines = [f"path: {root}", "train: images/train2017", "val: images/train2017", "nc: 80"]
+    lines += ["ann_json: annotations/instances_train2017.json", f"names: {list(COCO80_NAMES)}"]
+    data.write_text("\n".join(lines) + "\n")
+    weights = default_exports / DEFAULT_FORMATS[fmt]
+    argv = ["--weights", str(weights), "--data", str(data), "--img", "640", "--batch-size", "16", "--no-plots"]
+    assert yolo_test.main([*argv, "--project", str(tmp_path), "--name", fmt]) == 0
+    got = json.loads((tmp_path / fmt / "results.json").read_text())["metrics"]["mAP50-95"]
+    assert abs(got - 0.3701) <= 0.002, got  # the .pt's COCO128 mAP50-95 at 640, batch 16 (README)

@@ -63,6 +63,10 @@ class ExportError(YoloError):
     """An export that cannot be carried out (missing package, wrong device, unusable weights or options)."""
 
 
+class QuantizationError(ExportError):
+    """An --int8 export that cannot be calibrated (no --data, no images in its split, no nncf); one line."""
+
+
 # Engines: training, evaluation, prediction
 
 
