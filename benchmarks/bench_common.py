@@ -1,0 +1,32 @@
+"""What the benchmarks share: the repository on sys.path, ../shared, min/median statistics, random weights."""
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the benchmarks import the project they measure
+
+SHARED = REPO.parent / "shared"
+
+
+def _stats(values: list[float]) -> dict:
+    return {"min": round(min(values), 2), "median": round(statistics.median(values), 2), "runs": len(values)}
+
+
+def _random_weights(cfg: str, folder: Path) -> Path:
+    """A checkpoint of a randomly initialised model: same speed as trained weights, nothing to download."""
+    from models.checkpoint import checkpoint_dict, save_checkpoint
+    from models.yolo import Model
+
+    path = folder / f"{Path(cfg).stem}-random.pt"
+    save_checkpoint(checkpoint_dict(Model(cfg).eval()), path)
+    return path
+
+
+def _timed_command(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, *args], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
