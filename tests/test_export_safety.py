@@ -544,7 +544,7 @@ def _first_images(shared: Path, tmp_path: Path, n: int = 3) -> Path:
 @needs_openvino
 def test_the_readme_export_sequence(shared, weights_dir, tmp_path, log):
     shutil.copy(shared / "weights/yolov5n.pt", weights_dir / "yolov5n.pt")
-    readme = "--weights yolov5n.pt --include torchscript onnx openvino --img 640 --dynamic"
+    readme = "--weights yolov5n.pt --include torchscript onnx openvino --img 640"
     assert export.main(readme.split()) == 0
     names = {"yolov5n.pt", "yolov5n.torchscript", "yolov5n.onnx", "yolov5n_openvino_model"}
     assert {p.name for p in weights_dir.iterdir()} == names and not any(Path.cwd().iterdir())

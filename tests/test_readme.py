@@ -42,6 +42,8 @@ CHECKS = {
     "pip install -r requirements-export.txt": "run by .ci/run before the tests",
     "python -m pytest -q tests": "this is the test suite itself (.ci/run runs it)",
     'python -m pytest -q -m "not slow" tests': "a part of the test suite itself",
+    "python export.py --weights yolov5n.pt --include openvino onnx --int8 --data coco128.yaml": "minutes of "
+    "calibration: tests/test_int8.py runs these INT8 exports and checks their COCO128 mAP",
     # runs/train/exp is the quickstart's finished run in this copy: resuming it is refused in one line
     "python train.py --resume runs/train/exp/weights/last.pt": REFUSED,
     "python -m torch.distributed.run --nproc_per_node 4 train.py --data coco128.yaml --weights yolov5s.pt "
