@@ -11,14 +11,17 @@ from torch.utils.data import DataLoader
 
 from models.checkpoint import load_checkpoint
 from models.yolo import Model
-from utils.data.config import load_data_config
+from utils.data.config import is_anchor_free_hyp, load_data_config
 from utils.data.dataset import LoadImagesAndLabels
 from utils.data.loader import create_dataloader
 from utils.downloads import attempt_download_weights
 from utils.errors import DownloadError, TrainError
 from utils.log import LOGGER, one_line
+from utils.torch_utils import de_parallel
 from utils.train.config import TrainConfig
 from utils.train.distributed import LOCAL_RANK, WORLD_SIZE
+from utils.train.loss import ComputeLoss
+from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Model, weights and image size
@@ -163,6 +166,42 @@ def _index_ranges(indices: list[int]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Loss
+
+
+def is_anchor_free_model(model: nn.Module) -> bool:
+    """Whether the model's head is the anchor-free one (YOLOv8, YOLO11, YOLO26)."""
+    return bool(getattr(de_parallel(model).model[-1], "anchor_free", False))
+
+
+def check_hyp_fits(model: nn.Module, hyp: dict, hyp_file: str) -> None:
+    """TrainError when the hyperparameters are of the other model family (their loss keys differ)."""
+    anchor_free = is_anchor_free_model(model)
+    if anchor_free and not is_anchor_free_hyp(hyp):
+        raise TrainError(
+            f"{hyp_file or 'the hyperparameters'} are YOLOv5's (no dfl gain) but the model is anchor-free: "
+            f"use --hyp hyp.anchor_free.yaml (the default for these models) or a copy of it"
+        )
+    if not anchor_free and is_anchor_free_hyp(hyp):
+        raise TrainError(
+            f"{hyp_file or 'the hyperparameters'} are the anchor-free models' (they have dfl) but the model is "
+            f"YOLOv5: use --hyp hyp.scratch.yaml (the default for YOLOv5) or a copy of it"
+        )
+
+
+def build_loss(model: nn.Module, hyp: dict, epochs: int = 1):
+    """The training loss for the model's head: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
+    EndToEndLoss (YOLO26's two branches; epochs paces its branch weights). All are called as
+    (predictions, targets) -> (loss x batch size, three loss items)."""
+    head = de_parallel(model).model[-1]
+    if not getattr(head, "anchor_free", False):
+        return ComputeLoss(model, hyp)
+    if getattr(head, "has_one2one", False):
+        return EndToEndLoss(model, hyp, epochs)
+    return AnchorFreeLoss(model, hyp)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Optimiser, schedule, early stopping
 
 
@@ -281,6 +320,22 @@ def build_val_loader(
         prefix="val: ",
         nc=nc,
     )[0]
+
+
+def restarted_loader(loader: DataLoader) -> DataLoader:
+    """A loader of the same dataset, sampler (so the same shuffling sequence goes on), batches and workers, whose
+    workers start anew: persistent workers keep the copy of the dataset they started with."""
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=loader.sampler,
+        num_workers=loader.num_workers,
+        pin_memory=loader.pin_memory,
+        collate_fn=loader.collate_fn,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        persistent_workers=loader.persistent_workers,
+    )
 
 
 def training_data(config: TrainConfig) -> tuple[dict, int, list[str]]:

@@ -40,17 +40,22 @@ from utils.train.distributed import (
 )
 from utils.train.image_weights import draw_epoch_images
 from utils.train.loss import ComputeLoss
+from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
 from utils.train.run_folder import new_run_folder
 from utils.train.setup import (
     EarlyStopping,
     all_finite,
+    build_loss,
     build_model,
     build_train_loader,
     build_val_loader,
+    check_hyp_fits,
     freeze_layers,
+    is_anchor_free_model,
     load_optimizer_state,
     load_resume_state,
     lr_lambda,
+    restarted_loader,
     smart_optimizer,
     training_data,
 )
@@ -66,6 +71,8 @@ from utils.train.step import (
     train_step,
     warmup_values,
 )
+
+ANCHOR_FREE_VAL_IOU = 0.7  # the anchor-free models' NMS IoU in validation, as Ultralytics validates them
 
 
 class Trainer:
@@ -110,7 +117,10 @@ class Trainer:
         self.n_warmup, self.last_opt_step = 0, -1
         self.stopper: EarlyStopping | None = None
         self.loss_hyp: dict = {}  # hyp with the box/obj/cls gains scaled to classes, layers and image size
-        self.loss: ComputeLoss | None = None  # also scores the validation losses; parts.train_loss is the step's
+        # The model family's loss (utils.train.setup.build_loss); also scores the validation losses; parts.train_loss
+        # is the step's.
+        self.loss: ComputeLoss | AnchorFreeLoss | EndToEndLoss | None = None
+        self.anchor_free = False  # YOLOv8, YOLO11, YOLO26: their hyp, loss, NMS IoU and close_mosaic
         self.parts: TrainingParts | None = None
         # Progress, updated as training goes.
         self.start_epoch, self.best_fitness = 0, 0.0
@@ -194,6 +204,11 @@ class Trainer:
         """One pass over the training data; the epoch's mean (box, obj, cls) losses."""
         model, loader, nb = self.parts.model, self.train_loader, len(self.train_loader)
         model.train()
+        close = int(self.hyp.get("close_mosaic", 0))
+        if close and epoch >= self.epochs - close and self.dataset.mosaic:
+            loader = self._close_mosaic(epoch)
+        if isinstance(self.loss, EndToEndLoss):
+            self.loss.set_epoch(epoch)  # YOLO26: the one-to-many branch's weight falls over the epochs
         if RANK != -1:
             loader.sampler.set_epoch(epoch)
         if self.config.image_weights:
@@ -338,6 +353,7 @@ class Trainer:
             verbose=verbose,
             half=self.parts.amp_dtype == torch.float16,  # FP16 autocast as trained; bfloat16 runs are scored in FP32
             channels_last=self.channels_last,
+            **({"iou_thres": ANCHOR_FREE_VAL_IOU} if self.anchor_free else {}),
         )
         return evaluate(model, self.val_loader, list(self.data["names"]), self.loss, options)
 
@@ -354,6 +370,8 @@ class Trainer:
         config = self.config
         model = build_model(config, self.nc, self.hyp, self.device, self.resume_ckpt if self.resuming else None)
         model.names = list(self.names)
+        self.anchor_free = is_anchor_free_model(model)
+        check_hyp_fits(model, self.hyp, config.hyp_file)
         if self.channels_last:
             model.to(memory_format=torch.channels_last)
             retain_freed_memory()  # freed activations are reused, not page-faulted in anew every step
@@ -405,7 +423,7 @@ class Trainer:
         config = self.config
         batch = self.train_loader.batch_size * 2
         self.val_loader = build_val_loader(config, self.data["val"], self.imgsz, batch, self.grid, self.hyp, self.nc)
-        if not self.resuming and not config.noautoanchor:
+        if not self.resuming and not config.noautoanchor and not self.anchor_free:  # nothing to fit without anchors
             check_anchors(self.dataset, model=model, thr=self.hyp["anchor_t"], imgsz=self.imgsz, seed=self.seed)
 
     def _restore_optimizer(self) -> tuple[int, dict | None]:
@@ -434,9 +452,17 @@ class Trainer:
             scaler.load_state_dict(scaler_state)
         gains = loss_gains(self.hyp, de_parallel(model).model[-1].nl, self.nc, self.imgsz)
         self.loss_hyp = {**gains, "label_smoothing": self.config.label_smoothing}
-        self.loss = ComputeLoss(model, self.loss_hyp)
+        self.loss = build_loss(model, self.loss_hyp, self.epochs)
         train_loss = quad_scaled(self.loss) if self.config.quad else self.loss
         return TrainingParts(model, self.optimizer, train_loss, scaler, ema, amp_dtype, WORLD_SIZE)
+
+    def _close_mosaic(self, epoch: int) -> torch.utils.data.DataLoader:
+        """Mosaic off for the remaining epochs, with new loader workers (the running ones hold the old dataset)."""
+        if self.main_process:
+            LOGGER.info(f"close_mosaic: epochs {epoch}-{self.epochs - 1} train without mosaic")
+        self.dataset.close_mosaic()
+        self.train_loader = restarted_loader(self.train_loader)
+        return self.train_loader
 
     # Per-batch helpers -----------------------------------------------------------------------------------------------
 
