@@ -98,9 +98,9 @@ def load_hyp(path: str | Path) -> dict:
     required = required_hyp_keys(hyp)
     unknown = sorted(set(hyp) - set(required) - set(HYP_OPTIONAL))
     if unknown:
-        family = "anchor-free (it has dfl)" if is_anchor_free_hyp(hyp) else "YOLOv5"
+        family = " for the anchor-free models (the file has dfl)" if is_anchor_free_hyp(hyp) else ""
         raise DatasetError(
-            f"{file}: unknown {family} hyperparameter(s) {', '.join(unknown)} (valid: {', '.join(required)})"
+            f"{file}: unknown hyperparameter(s) {', '.join(unknown)}{family} (valid: {', '.join(required)})"
         )
     missing = [k for k in required if k not in hyp]
     if missing:
