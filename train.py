@@ -41,7 +41,7 @@ def run_config(opt: argparse.Namespace) -> tuple[TrainConfig, dict | None]:
         return TrainConfig.from_namespace(saved, hyp=hyp), resume_ckpt
     check_options(opt)
     check_project(opt.project)
-    hyp_file = opt.hyp or default_hyp()
+    hyp_file = opt.hyp or default_hyp(opt)
     # A new run's folder is reserved by the Trainer once set-up has worked: save_dir starts as None.
     return TrainConfig.from_namespace(opt, hyp=load_hyp(hyp_file), hyp_file=str(hyp_file), save_dir=None), None
 

@@ -33,6 +33,11 @@ class Ensemble(nn.Module):
         """The largest member's strides, so inputs padded to them fit every member."""
         return max((m.stride for m in self.models), key=lambda s: float(s.max()))
 
+    @property
+    def pixel_boxes(self) -> bool:
+        """Whether boxes are rounded to whole pixels: as the first member's family does (see Model.pixel_boxes)."""
+        return bool(getattr(self.models[0], "pixel_boxes", True))
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         # Members may differ in precision only through autocast; the concatenation takes the first member's dtype.
         predictions = [model(x)[0] for model in self.models]

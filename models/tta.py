@@ -35,6 +35,11 @@ class TTAModel(nn.Module):
     def stride(self) -> torch.Tensor:
         return self.model.stride
 
+    @property
+    def pixel_boxes(self) -> bool:
+        """Whether boxes are rounded to whole pixels, as the augmented model's family does."""
+        return bool(getattr(self.model, "pixel_boxes", True))
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         members = list(self.model.models) if isinstance(self.model, Ensemble) else [self.model]
         predictions = [augmented_predictions(member, x) for member in members]

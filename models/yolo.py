@@ -9,7 +9,7 @@ from torch import nn
 
 from models.common import Conv
 from models.config import LAYERS, PROBE_SIZE, LayerPlan, check_model_cost, load_cfg, plan_layers, short_repr
-from models.head import is_end2end, set_end2end
+from models.head import AnchorFreeDetect, is_end2end, set_end2end
 from utils.errors import ModelConfigError
 from utils.log import one_line
 
@@ -83,6 +83,13 @@ class Model(nn.Module):
     @end2end.setter
     def end2end(self, enabled: bool) -> None:
         set_end2end(self, enabled)
+
+    @property
+    def pixel_boxes(self) -> bool:
+        """Whether detections are rounded to whole pixels, as the family's own detect does: YOLOv5 rounds them,
+        Ultralytics' anchor-free models keep fractions (the Predictor follows this, so each family gives its
+        official boxes)."""
+        return not isinstance(self.model[-1], AnchorFreeDetect)
 
     def forward(self, x: torch.Tensor):
         outputs = []

@@ -1,6 +1,7 @@
 """GPU check of mixed-precision training: python scripts/gpu_check.py [--steps 300] [--img 320] [--batch 32]
 
-1. Trains yolov5s for --steps steps with train.py's own training step (utils.train.step: warmup, loss gains,
+1. Trains yolov5s (--cfg: another, e.g. yolo11n.yaml) for --steps steps with train.py's own training step
+   (utils.train.step: warmup, loss gains,
    FP16 autocast + GradScaler, clipping, EMA) on the synthetic shapes data: every loss must be finite, the loss
    must fall and the scaler's scale must move (a short growth interval makes it grow).
 2. Saves that model, optimizer and scaler as a checkpoint, reloads it with torch.load(weights_only=True): weights
@@ -31,9 +32,10 @@ from utils.data.loader import create_dataloader  # noqa: E402
 from utils.data.shapes import generate_shapes, write_data_yaml  # noqa: E402
 from utils.eval.validate_weights import run as validate_weights  # noqa: E402
 from utils.torch_utils import ModelEMA, cpu_supports_bf16  # noqa: E402
-from utils.train.loss import ComputeLoss  # noqa: E402
-from utils.train.setup import lr_lambda, smart_optimizer  # noqa: E402
+from utils.train.setup import build_loss, is_anchor_free_model, lr_lambda, smart_optimizer  # noqa: E402
 from utils.train.step import TrainingParts, apply_warmup, loss_gains, train_step, warmup_values  # noqa: E402
+
+MODEL = {"cfg": "yolov5s.yaml"}  # the model config every part trains (--cfg)
 
 
 class CheckFailed(Exception):
@@ -55,12 +57,13 @@ def make_shapes(folder: Path, n_train: int, img: int) -> Path:
 def _amp_parts(data: dict, img: int, device: torch.device) -> tuple[TrainingParts, dict, lr_scheduler.LambdaLR]:
     """yolov5s with train.py's optimizer groups, schedule, loss gains and EMA, and a GradScaler that grows fast."""
     low = torch.float16 if device.type == "cuda" else torch.bfloat16
-    model = Model("yolov5s.yaml", nc=data["nc"]).to(device).train()
-    hyp = loss_gains(load_hyp("hyp.scratch.yaml"), model.model[-1].nl, data["nc"], img)
+    model = Model(MODEL["cfg"], nc=data["nc"]).to(device).train()
+    hyp_file = "hyp.anchor_free.yaml" if is_anchor_free_model(model) else "hyp.scratch.yaml"  # as train.py picks
+    hyp = loss_gains(load_hyp(hyp_file), model.model[-1].nl, data["nc"], img)
     optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
     scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda(1, hyp["lrf"]))
     scaler = torch.amp.GradScaler(device.type, growth_interval=10)  # grows after 10 clean steps: the scale must move
-    parts = TrainingParts(model, optimizer, ComputeLoss(model, hyp), scaler, ModelEMA(model), amp_dtype=low)
+    parts = TrainingParts(model, optimizer, build_loss(model, hyp), scaler, ModelEMA(model), amp_dtype=low)
     return parts, hyp, scheduler
 
 
@@ -145,7 +148,7 @@ def _train_py(data_yaml: Path, img: int, batch: int, epochs: int, workers: int, 
     """train.py --amp from scratch: exit 0, FP16 weights-only best.pt, one finite results.csv row per epoch."""
     import train
 
-    args = f"--data {data_yaml} --cfg yolov5s.yaml --img {img} --batch-size {batch} --epochs {epochs} "
+    args = f"--data {data_yaml} --cfg {MODEL['cfg']} --img {img} --batch-size {batch} --epochs {epochs} "
     args += f"--device {device} --workers {workers} --project {folder / 'runs'} --name gpu --exist-ok --amp"
     t0 = time.time()
     rc = train.main(train.parse_opt(args.split() + ["--weights", ""]))
@@ -222,6 +225,7 @@ def end_to_end(data_yaml: Path, img: int, batch: int, epochs: int, workers: int,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300, help="AMP training steps of part 1")
+    ap.add_argument("--cfg", default="yolov5s.yaml", help="model config to train, e.g. yolo11n.yaml")
     ap.add_argument("--img", type=int, default=320)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=5, help="train.py epochs of part 3")
@@ -229,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--device", default="0", help="CUDA device index, or cpu for a bfloat16 smoke test of the script")
     args = ap.parse_args(argv)
+    MODEL["cfg"] = args.cfg
     if args.device != "cpu" and not torch.cuda.is_available():
         print("gpu_check: no CUDA GPU available here, nothing to check (run it on a machine with one)")
         return 0

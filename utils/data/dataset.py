@@ -267,6 +267,12 @@ class LoadImagesAndLabels(Dataset):
     def _labels(self, i: int) -> np.ndarray:
         return np.zeros((0, 5), np.float32) if i in self._bad else self.labels[i].copy()
 
+    def close_mosaic(self) -> None:
+        """No more mosaic (nor MixUp, which blends mosaics): single letterboxed images, still warped, coloured and
+        flipped (the anchor-free models' last close_mosaic epochs). Loader workers already started keep their own
+        copy of the dataset: the caller starts new ones."""
+        self.mosaic = False
+
     def load_mosaic(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Four images (this one and three random ones) tiled around a random centre, then randomly warped
         to img_size x img_size: (BGR image, pixel [cls, x1, y1, x2, y2] labels)."""

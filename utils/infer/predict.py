@@ -162,6 +162,7 @@ class Predictor:
         self.names = list(model.names)
         self.stride = int(model.stride.max())
         self.end2end = bool(getattr(model, "end2end", False))  # final detections (YOLO26): thresholded, no NMS
+        self.pixel_boxes = bool(getattr(model, "pixel_boxes", True))  # YOLOv5 rounds boxes to whole pixels
         self.classes = self._checked_classes(options.classes)
         self.img_size, self.auto = inference_size(options.img_size, self.stride), True
         fixed = getattr(model, "fixed_shape", None)  # a static-shape export accepts one input size only
@@ -235,7 +236,9 @@ class Predictor:
         """(boxes (n, 6) in original pixels, input shape, times) for one letterboxed image; counted in the totals."""
         with torch.inference_mode(), self.precision.autocast:
             x, det, times = self._timed(im)
-            det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], original.shape).round()
+            det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], original.shape)
+            if self.pixel_boxes:
+                det[:, :4] = det[:, :4].round()
         self.totals = [t + dt for t, dt in zip(self.totals, times)]
         self.count += 1
         if tuple(x.shape) not in self.shapes:

@@ -48,3 +48,18 @@ def fp16_rounded(model: nn.Module) -> nn.Module:
             if v.is_floating_point():
                 v.copy_(v.half().float())
     return copy
+
+
+def interrupt_message(save_dir: Path | None, saved_epoch: int | None, nosave: bool) -> str:
+    """The line a Ctrl-C leaves: which state the run folder's last.pt holds and the command that continues it, or why
+    there is nothing to continue from (saved_epoch: the epoch whose end state last.pt holds, -1 the start, None
+    nothing)."""
+    if saved_epoch is None:
+        why = " (--nosave)" if nosave else ""
+        return f"Training interrupted: no checkpoint was saved in {save_dir}{why}, nothing to resume"
+    last = save_dir / "weights" / "last.pt"
+    state = "its starting state" if saved_epoch < 0 else f"the state after epoch {saved_epoch}"
+    return (
+        f"Training interrupted: {last} holds {state}; continue from epoch {saved_epoch + 1} with: "
+        f"python train.py --resume {last}"
+    )

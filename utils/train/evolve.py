@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import yaml
 
-from utils.data.config import HYP_KEYS, HYP_OPTIONAL
+from utils.data.config import HYP_OPTIONAL, is_anchor_free_hyp, required_hyp_keys
 from utils.errors import EvolveError, RunFolderError, TrainError
 from utils.eval.metrics import fitness_score
 from utils.files import REPO_ROOT, RUN_MARKER, is_run_dir
@@ -80,6 +80,9 @@ MUTATIONS = {
     "mixup": Mutation(1, 0.0, 1.0),
     "copy_paste": Mutation(1, 0.0, 1.0),
 }
+# The anchor-free models' loss gains are of another size (box 7.5 against YOLOv5's 0.05) and add dfl: Ultralytics'
+# tuner limits for those two; the other keys search as YOLOv5's.
+ANCHOR_FREE_MUTATIONS = {**MUTATIONS, "box": Mutation(1, 1.0, 20.0), "dfl": Mutation(1, 0.4, 6.0)}
 MUTATION_PROBABILITY, MUTATION_SIGMA = 0.8, 0.2
 GAIN_MIN, GAIN_MAX = 0.3, 3.0  # a single mutation changes a value by at most these factors
 SIGNIFICANT_DIGITS = 5
@@ -126,18 +129,23 @@ def significant(value: float, digits: int = SIGNIFICANT_DIGITS) -> float:
     return float(f"{value:.{digits}g}")
 
 
+def search_space(hyp) -> dict[str, Mutation]:
+    """The mutations of a hyperparameter set's family: anchor-free (it has dfl) or YOLOv5's."""
+    return ANCHOR_FREE_MUTATIONS if is_anchor_free_hyp(hyp) else MUTATIONS
+
+
 def evolvable_keys(hyp: dict, noautoanchor: bool = False) -> list[str]:
     """The keys of hyp that evolve: those of the search space, except anchors when AutoAnchor is off or it is 0."""
     # anchors: 0 means "the model config's anchors"; and with --noautoanchor nothing would fit a new anchor count.
     skip_anchors = noautoanchor or not hyp.get("anchors")
-    return [k for k in hyp if k in MUTATIONS and not (k == "anchors" and skip_anchors)]
+    return [k for k in hyp if k in search_space(hyp) and not (k == "anchors" and skip_anchors)]
 
 
 def constrain(hyp: dict, keys: list[str]) -> dict[str, float]:
     """A copy of hyp with the given keys clipped to their search limits and rounded to 5 significant digits."""
     out = dict(hyp)
     for k in keys:
-        limits = MUTATIONS[k]
+        limits = search_space(hyp)[k]
         out[k] = significant(min(max(float(hyp[k]), limits.low), limits.high))
     return out
 
@@ -154,7 +162,7 @@ def mutate(
 
     Drawn again until the child differs from its parent and from every hyp in avoid (the earlier generations):
     a change can vanish when a value is 0 or clipped back to its limit."""
-    scales = np.array([MUTATIONS[k].scale for k in keys], dtype=np.float64)
+    scales = np.array([search_space(parent)[k].scale for k in keys], dtype=np.float64)
     start = constrain(parent, keys)
     for _ in range(MAX_MUTATION_TRIES):
         picked = rng.random(len(keys)) < probability
@@ -220,8 +228,8 @@ def _check_header(header: list[str], file: Path) -> None:
     if tuple(header[:n]) != METRIC_COLUMNS:
         raise EvolveError(f"{file} is not an evolve.csv: its header must start with {','.join(METRIC_COLUMNS)}")
     hyp = header[n:]
-    missing = [k for k in HYP_KEYS if k not in hyp]
-    unknown = [k for k in hyp if k not in HYP_KEYS + HYP_OPTIONAL]
+    missing = [k for k in required_hyp_keys(hyp) if k not in hyp]
+    unknown = [k for k in hyp if k not in required_hyp_keys(hyp) + HYP_OPTIONAL]
     if missing or unknown or len(set(hyp)) != len(hyp):
         problem = f"lacks {', '.join(missing)}" if missing else f"has unknown or repeated columns {unknown or hyp}"
         raise EvolveError(f"{file}: its header {problem}; fix or delete the file to start a new evolution")

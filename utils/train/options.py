@@ -3,9 +3,15 @@ combinations that cannot run (each a one-line TrainError)."""
 
 import argparse
 import math
+import re
+from pathlib import Path
 
+from models.checkpoint import load_checkpoint
+from models.config import is_anchor_free, load_cfg
+from utils import downloads
 from utils.cli import Parser, float_in, int_in
-from utils.errors import TrainError
+from utils.errors import TrainError, YoloError
+from utils.files import DATA_DIR
 from utils.log import LOGGER
 from utils.train.config import DEFAULT_HYP, DEFAULT_PROJECT
 from utils.train.distributed import RANK
@@ -29,14 +35,43 @@ def smoothing_arg(text: str) -> float:
     return value
 
 
-def default_hyp() -> str:
-    """data/hyp.scratch.yaml, from weights and from scratch alike, as YOLOv5 HEAD (its hyp.scratch-low values).
+ANCHOR_FREE_HYP = DATA_DIR / "hyp.anchor_free.yaml"  # Ultralytics' defaults, for YOLOv8, YOLO11 and YOLO26
+# Official anchor-free weights by name, for a --weights file not downloaded yet (yolov8n.pt, yolo11s.pt, yolo26x.pt)
+ANCHOR_FREE_WEIGHTS = re.compile(r"yolo(v8|11|26)[nslmx]\.pt")
+
+
+def default_hyp(opt: argparse.Namespace | None = None) -> str:
+    """The hyperparameter file when --hyp is not given: data/hyp.anchor_free.yaml (Ultralytics' defaults) when the
+    --cfg model, or else the --weights model, is anchor-free; otherwise data/hyp.scratch.yaml, from weights and from
+    scratch alike, as YOLOv5 HEAD (its hyp.scratch-low values).
 
     hyp.finetune.yaml (YOLOv5 v3.0's default from weights, evolved on VOC) is only an option: in a 1-epoch fine-tune
     of yolov5n on COCO images it gave mAP50-95 0.182 against 0.278 with these values."""
+    if opt is not None and model_is_anchor_free(opt.cfg, opt.weights):
+        file = ANCHOR_FREE_HYP
+        LOGGER.info(f"hyperparameters: data/{file.name} (Ultralytics' defaults, for this anchor-free model)")
+        return str(file)
     file = DEFAULT_HYP
     LOGGER.info(f"hyperparameters: data/{file.name} (YOLOv5's default; --hyp to choose, e.g. --hyp hyp.finetune.yaml)")
     return str(file)
+
+
+def model_is_anchor_free(cfg: str, weights: str) -> bool:
+    """Whether the model train.py will build is anchor-free: from --cfg when given, else from the --weights file's
+    config (or an official anchor-free name not downloaded yet). False when neither can be read: the Trainer then
+    reports why."""
+    try:
+        if cfg:
+            return is_anchor_free(load_cfg(cfg))
+        if not weights:
+            return False
+        path = Path(weights)
+        local = path if path.is_file() or path.name != str(weights) else downloads.WEIGHTS_DIR / path
+        if local.is_file():
+            return is_anchor_free(load_checkpoint(local)["yaml"])
+        return bool(ANCHOR_FREE_WEIGHTS.fullmatch(path.name))
+    except (YoloError, FileNotFoundError, OSError):
+        return False
 
 
 def check_options(opt: argparse.Namespace) -> None:
@@ -63,8 +98,9 @@ def _add_data_and_model_flags(p: Parser) -> None:
         "--hyp",
         type=str,
         default="",
-        help="hyperparameter YAML (default: data/hyp.scratch.yaml, YOLOv5's scratch-low values, from --weights and "
-        "from scratch alike; data/hyp.finetune.yaml is the VOC-evolved fine-tuning set)",
+        help="hyperparameter YAML (default: data/hyp.anchor_free.yaml, Ultralytics' values, for YOLOv8/YOLO11/YOLO26; "
+        "else data/hyp.scratch.yaml, YOLOv5's scratch-low values, from --weights and from scratch alike; "
+        "data/hyp.finetune.yaml is the VOC-evolved fine-tuning set)",
     )
     p.add_argument("--epochs", type=int_in(1), default=100)
     p.add_argument(

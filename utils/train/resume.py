@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint import load_checkpoint
-from utils.data.config import HYP_KEYS
+from utils.data.config import required_hyp_keys
 from utils.errors import TrainError, YoloError
 from utils.files import RUN_MARKER, is_run_dir
 from utils.log import LOGGER
@@ -204,7 +204,7 @@ def _saved_value_problem(action: argparse.Action, value, default) -> str | None:
     if action.dest == "hyp" and isinstance(value, dict):
         bad = [
             k
-            for k in HYP_KEYS
+            for k in required_hyp_keys(value)
             if k not in value
             or isinstance(value[k], bool)
             or not isinstance(value[k], (int, float))

@@ -11,14 +11,17 @@ from torch.utils.data import DataLoader
 
 from models.checkpoint import load_checkpoint
 from models.yolo import Model
-from utils.data.config import load_data_config
+from utils.data.config import is_anchor_free_hyp, load_data_config
 from utils.data.dataset import LoadImagesAndLabels
 from utils.data.loader import create_dataloader
 from utils.downloads import attempt_download_weights
 from utils.errors import DownloadError, TrainError
 from utils.log import LOGGER, one_line
+from utils.torch_utils import de_parallel
 from utils.train.config import TrainConfig
 from utils.train.distributed import LOCAL_RANK, WORLD_SIZE
+from utils.train.loss import ComputeLoss
+from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Model, weights and image size
@@ -163,6 +166,42 @@ def _index_ranges(indices: list[int]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Loss
+
+
+def is_anchor_free_model(model: nn.Module) -> bool:
+    """Whether the model's head is the anchor-free one (YOLOv8, YOLO11, YOLO26)."""
+    return bool(getattr(de_parallel(model).model[-1], "anchor_free", False))
+
+
+def check_hyp_fits(model: nn.Module, hyp: dict, hyp_file: str) -> None:
+    """TrainError when the hyperparameters are of the other model family (their loss keys differ)."""
+    anchor_free = is_anchor_free_model(model)
+    if anchor_free and not is_anchor_free_hyp(hyp):
+        raise TrainError(
+            f"{hyp_file or 'the hyperparameters'} are YOLOv5's (no dfl gain) but the model is anchor-free: "
+            f"use --hyp hyp.anchor_free.yaml (the default for these models) or a copy of it"
+        )
+    if not anchor_free and is_anchor_free_hyp(hyp):
+        raise TrainError(
+            f"{hyp_file or 'the hyperparameters'} are the anchor-free models' (they have dfl) but the model is "
+            f"YOLOv5: use --hyp hyp.scratch.yaml (the default for YOLOv5) or a copy of it"
+        )
+
+
+def build_loss(model: nn.Module, hyp: dict, epochs: int = 1):
+    """The training loss for the model's head: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
+    EndToEndLoss (YOLO26's two branches; epochs paces its branch weights). All are called as
+    (predictions, targets) -> (loss x batch size, three loss items)."""
+    head = de_parallel(model).model[-1]
+    if not getattr(head, "anchor_free", False):
+        return ComputeLoss(model, hyp)
+    if getattr(head, "has_one2one", False):
+        return EndToEndLoss(model, hyp, epochs)
+    return AnchorFreeLoss(model, hyp)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Optimiser, schedule, early stopping
 
 
@@ -283,6 +322,22 @@ def build_val_loader(
     )[0]
 
 
+def restarted_loader(loader: DataLoader) -> DataLoader:
+    """A loader of the same dataset, sampler (so the same shuffling sequence goes on), batches and workers, whose
+    workers start anew: persistent workers keep the copy of the dataset they started with."""
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=loader.sampler,
+        num_workers=loader.num_workers,
+        pin_memory=loader.pin_memory,
+        collate_fn=loader.collate_fn,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        persistent_workers=loader.persistent_workers,
+    )
+
+
 def training_data(config: TrainConfig) -> tuple[dict, int, list[str]]:
     """The data YAML's config, class count and names for training (--single-cls: one class); TrainError without
     both a train and a val split."""
@@ -293,3 +348,26 @@ def training_data(config: TrainConfig) -> tuple[dict, int, list[str]]:
     if config.single_cls:
         return data, 1, ["item"] if len(names) != 1 else names
     return data, int(data["nc"]), names
+
+
+def close_mosaic(loader: DataLoader, dataset: LoadImagesAndLabels, epoch: int, epochs: int, log: bool) -> DataLoader:
+    """The training loader without mosaic from this epoch on (close_mosaic), with new workers: the running ones hold
+    their own copy of the dataset."""
+    if log:
+        LOGGER.info(f"close_mosaic: epochs {epoch}-{epochs - 1} train without mosaic")
+    dataset.close_mosaic()
+    return restarted_loader(loader)
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, ckpt: dict, last: str) -> tuple[int, float, int, dict | None]:
+    """The interrupted run's optimizer state loaded into optimizer; (start epoch, best fitness, best epoch, GradScaler
+    state) from its checkpoint."""
+    load_optimizer_state(optimizer, ckpt["optimizer"], last)
+    best_epoch = int(ckpt.get("best_epoch", max(ckpt["epoch"], 0)))
+    return ckpt["epoch"] + 1, float(ckpt["best_fitness"]), best_epoch, ckpt.get("scaler")
+
+
+def restore_ema(ema, ckpt: dict, last: str) -> None:
+    """The interrupted run's EMA weights and update count into ema (a utils.torch_utils.ModelEMA)."""
+    load_resume_state(ema.ema, ckpt["model"], f"{last}: its EMA weights")
+    ema.updates = int(ckpt["ema_updates"])

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
+from utils.data.config import is_anchor_free_hyp
 from utils.log import LOGGER
 from utils.torch_utils import ModelEMA, cpu_supports_bf16, de_parallel
 
@@ -63,7 +64,12 @@ def apply_warmup(optimizer: torch.optim.Optimizer, values: WarmupValues) -> None
 
 
 def loss_gains(hyp: dict, n_layers: int, nc: int, imgsz: int) -> dict:
-    """A copy of hyp with the box, cls and obj gains scaled from YOLOv5's 3 levels, 80 classes and 640 pixels."""
+    """A copy of hyp with the box, cls and obj gains scaled from YOLOv5's 3 levels, 80 classes and 640 pixels.
+
+    The anchor-free models' gains (a hyp with dfl) are used as given, as Ultralytics does: their losses are
+    normalised by the assigned targets' weight, not summed over levels, so nothing scales with layers or classes."""
+    if is_anchor_free_hyp(hyp):
+        return dict(hyp)
     scaled = dict(hyp)
     scaled["box"] = hyp["box"] * 3 / n_layers
     scaled["cls"] = hyp["cls"] * nc / 80 * 3 / n_layers
@@ -128,7 +134,8 @@ class TrainingParts:
 
 @dataclass
 class StepResult:
-    """loss_items: (box, obj, cls) of the batch; skipped: 'loss' or 'gradient' when non-finite, else None."""
+    """loss_items: (box, obj, cls) of the batch ((box, cls, dfl) for the anchor-free models); skipped: 'loss' or
+    'gradient' when non-finite, else None."""
 
     loss_items: torch.Tensor
     stepped: bool = False  # the optimizer took (or, under a GradScaler, was asked to take) a step

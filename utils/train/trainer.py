@@ -27,7 +27,7 @@ from utils.torch_utils import ModelEMA, de_parallel, init_seeds, retain_freed_me
 from utils.train.autoanchor import check_anchors
 from utils.train.autobatch import autobatch
 from utils.train.callbacks import BatchEnd, Callback, Callbacks, EpochResult, default_callbacks, epoch_result
-from utils.train.checkpoints import fp16_rounded, save_or_explain, strip_optimizer
+from utils.train.checkpoints import fp16_rounded, interrupt_message, save_or_explain, strip_optimizer
 from utils.train.config import TrainConfig
 from utils.train.distributed import (
     LOCAL_RANK,
@@ -40,17 +40,22 @@ from utils.train.distributed import (
 )
 from utils.train.image_weights import draw_epoch_images
 from utils.train.loss import ComputeLoss
+from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
 from utils.train.run_folder import new_run_folder
 from utils.train.setup import (
     EarlyStopping,
     all_finite,
+    build_loss,
     build_model,
     build_train_loader,
     build_val_loader,
+    check_hyp_fits,
+    close_mosaic,
     freeze_layers,
-    load_optimizer_state,
-    load_resume_state,
+    is_anchor_free_model,
     lr_lambda,
+    restore_ema,
+    restore_optimizer,
     smart_optimizer,
     training_data,
 )
@@ -66,6 +71,8 @@ from utils.train.step import (
     train_step,
     warmup_values,
 )
+
+ANCHOR_FREE_VAL_IOU = 0.7  # the anchor-free models' NMS IoU in validation, as Ultralytics validates them
 
 
 class Trainer:
@@ -110,7 +117,8 @@ class Trainer:
         self.n_warmup, self.last_opt_step = 0, -1
         self.stopper: EarlyStopping | None = None
         self.loss_hyp: dict = {}  # hyp with the box/obj/cls gains scaled to classes, layers and image size
-        self.loss: ComputeLoss | None = None  # also scores the validation losses; parts.train_loss is the step's
+        self.loss: ComputeLoss | AnchorFreeLoss | EndToEndLoss | None = None  # the family's; also the val losses
+        self.anchor_free = False  # YOLOv8, YOLO11, YOLO26: their hyp, loss, NMS IoU and close_mosaic
         self.parts: TrainingParts | None = None
         # Progress, updated as training goes.
         self.start_epoch, self.best_fitness = 0, 0.0
@@ -173,13 +181,16 @@ class Trainer:
         model = self._setup_model()
         self._setup_train_loader(model)
         self._setup_optimizer(model)
-        best_epoch, scaler_state = self._restore_optimizer() if self.resuming else (0, None)
+        best_epoch, scaler_state = 0, None
+        if self.resuming:  # checked before the run folder is touched
+            resumed = restore_optimizer(self.optimizer, self.resume_ckpt, self.config.weights)
+            self.start_epoch, self.best_fitness, best_epoch, scaler_state = resumed
         if self.main_process:
             self._setup_val_loader(model)
         self._setup_run_folder()  # only now that data and model are known good, so a failed start leaves none
         ema = ModelEMA(model) if self.main_process else None
         if self.resuming and ema is not None:
-            self._restore_ema(ema)
+            restore_ema(ema, self.resume_ckpt, self.config.weights)
         self.stopper = EarlyStopping(self.config.patience, self.best_fitness, best_epoch)
         self.resume_ckpt = None  # its tensors are no longer needed
         model = wrap_distributed(model, self.device, self.config.sync_bn)
@@ -194,6 +205,10 @@ class Trainer:
         """One pass over the training data; the epoch's mean (box, obj, cls) losses."""
         model, loader, nb = self.parts.model, self.train_loader, len(self.train_loader)
         model.train()
+        if epoch >= self.epochs - int(self.hyp.get("close_mosaic", 0)) and self.dataset.mosaic:
+            loader = self._close_mosaic(epoch)
+        if isinstance(self.loss, EndToEndLoss):
+            self.loss.set_epoch(epoch)  # YOLO26: the one-to-many branch's weight falls over the epochs
         if RANK != -1:
             loader.sampler.set_epoch(epoch)
         if self.config.image_weights:
@@ -294,17 +309,8 @@ class Trainer:
 
     def _explain_interrupt(self) -> None:
         """On Ctrl-C: how to continue, or why there is nothing to continue from."""
-        if not self.main_process:
-            return
-        if self.saved_epoch is None:
-            why = " (--nosave)" if self.config.nosave else ""
-            LOGGER.info(f"Training interrupted: no checkpoint was saved in {self.save_dir}{why}, nothing to resume")
-            return
-        state = "its starting state" if self.saved_epoch < 0 else f"the state after epoch {self.saved_epoch}"
-        LOGGER.info(
-            f"Training interrupted: {self.last} holds {state}; continue from epoch {self.saved_epoch + 1} with: "
-            f"python train.py --resume {self.last}"
-        )
+        if self.main_process:
+            LOGGER.info(interrupt_message(self.save_dir, self.saved_epoch, self.config.nosave))
 
     def finish(self, result: EpochResult | None) -> EpochResult | None:
         """Strip the optimizer from the checkpoints, validate best.pt with plots (unless the last epoch's full
@@ -338,6 +344,7 @@ class Trainer:
             verbose=verbose,
             half=self.parts.amp_dtype == torch.float16,  # FP16 autocast as trained; bfloat16 runs are scored in FP32
             channels_last=self.channels_last,
+            **({"iou_thres": ANCHOR_FREE_VAL_IOU} if self.anchor_free else {}),
         )
         return evaluate(model, self.val_loader, list(self.data["names"]), self.loss, options)
 
@@ -354,6 +361,8 @@ class Trainer:
         config = self.config
         model = build_model(config, self.nc, self.hyp, self.device, self.resume_ckpt if self.resuming else None)
         model.names = list(self.names)
+        self.anchor_free = is_anchor_free_model(model)
+        check_hyp_fits(model, self.hyp, config.hyp_file)
         if self.channels_last:
             model.to(memory_format=torch.channels_last)
             retain_freed_memory()  # freed activations are reused, not page-faulted in anew every step
@@ -405,21 +414,8 @@ class Trainer:
         config = self.config
         batch = self.train_loader.batch_size * 2
         self.val_loader = build_val_loader(config, self.data["val"], self.imgsz, batch, self.grid, self.hyp, self.nc)
-        if not self.resuming and not config.noautoanchor:
+        if not self.resuming and not config.noautoanchor and not self.anchor_free:  # nothing to fit without anchors
             check_anchors(self.dataset, model=model, thr=self.hyp["anchor_t"], imgsz=self.imgsz, seed=self.seed)
-
-    def _restore_optimizer(self) -> tuple[int, dict | None]:
-        """Optimizer, epoch and best fitness from the interrupted run's checkpoint (checked before the run folder is
-        touched); (best epoch, scaler state)."""
-        ckpt, last = self.resume_ckpt, self.config.weights
-        load_optimizer_state(self.optimizer, ckpt["optimizer"], last)
-        self.start_epoch, self.best_fitness = ckpt["epoch"] + 1, float(ckpt["best_fitness"])
-        return int(ckpt.get("best_epoch", max(ckpt["epoch"], 0))), ckpt.get("scaler")
-
-    def _restore_ema(self, ema: ModelEMA) -> None:
-        """The EMA weights and update count from the interrupted run's checkpoint."""
-        load_resume_state(ema.ema, self.resume_ckpt["model"], f"{self.config.weights}: its EMA weights")
-        ema.updates = int(self.resume_ckpt["ema_updates"])
 
     def _setup_precision(self, model: nn.Module, ema: ModelEMA | None, scaler_state: dict | None) -> TrainingParts:
         """Autocast dtype (checked on a sample image), GradScaler for float16, the scaled loss: the step's parts."""
@@ -434,9 +430,14 @@ class Trainer:
             scaler.load_state_dict(scaler_state)
         gains = loss_gains(self.hyp, de_parallel(model).model[-1].nl, self.nc, self.imgsz)
         self.loss_hyp = {**gains, "label_smoothing": self.config.label_smoothing}
-        self.loss = ComputeLoss(model, self.loss_hyp)
+        self.loss = build_loss(model, self.loss_hyp, self.epochs)
         train_loss = quad_scaled(self.loss) if self.config.quad else self.loss
         return TrainingParts(model, self.optimizer, train_loss, scaler, ema, amp_dtype, WORLD_SIZE)
+
+    def _close_mosaic(self, epoch: int) -> torch.utils.data.DataLoader:
+        """Mosaic off for the remaining epochs, with new loader workers (the running ones hold the old dataset)."""
+        self.train_loader = close_mosaic(self.train_loader, self.dataset, epoch, self.epochs, self.main_process)
+        return self.train_loader
 
     # Per-batch helpers -----------------------------------------------------------------------------------------------
 
