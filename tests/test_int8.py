@@ -50,6 +50,13 @@ def _data_yaml(folder: Path, shared: Path, images: int | None = None, ann: bool 
     return path
 
 
+def _run(script: str, *args) -> None:
+    """A command line in a process of its own: NNCF calibrations run in the pytest process left it to crash later
+    (a segmentation fault in the full suite, while this file alone passed), so every calibration here runs apart."""
+    done = subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+
+
 @pytest.fixture(scope="module")
 def int8_exports(tmp_path_factory, shared) -> Path:
     """yolov5n exported at 128 px, float and INT8 (8 calibration images), to every format installed."""
@@ -59,10 +66,9 @@ def int8_exports(tmp_path_factory, shared) -> Path:
     formats = [f for f, packages in NEEDS.items() if all(importlib.util.find_spec(p) for p in packages)]
     if not formats:
         pytest.skip("neither openvino+nncf nor onnx+onnxruntime is installed")
-    weights = str(folder / "yolov5n.pt")
-    assert export.main(["--weights", weights, "--include", *formats, "--img", "128"]) == 0
-    argv = ["--weights", weights, "--include", *formats, "--img", "128", "--int8", "--data", str(data)]
-    assert export.main(argv) == 0
+    weights = folder / "yolov5n.pt"
+    _run("export.py", "--weights", weights, "--include", *formats, "--img", 128)
+    _run("export.py", "--weights", weights, "--include", *formats, "--img", 128, "--int8", "--data", data)
     return folder
 
 
@@ -215,13 +221,6 @@ def test_detect_runs_an_int8_export(int8_exports, shared, tmp_path, log):
 
 
 # --- acceptance: COCO128 mAP at 640 within 0.01 of the float32 .pt (slow: calibration and validation at 640) ----
-
-
-def _run(script: str, *args) -> None:
-    """A command line in a process of its own: with every earlier test's NNCF and OpenVINO state in one pytest process,
-    a full-suite run crashed (segmentation fault) in this calibration, which passes on its own."""
-    done = subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True)
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
 
 
 def _coco_map(weights: Path, data: Path, tmp_path: Path, name: str) -> float:
