@@ -8,7 +8,6 @@ The quick tests quantize the real yolov5n at 128 px on 8 COCO128 images; the slo
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import torch
 import torchvision
 import yaml
+from int8_helpers import NEEDS, data_yaml, needs, run
 
 import detect
 import export
@@ -24,39 +24,7 @@ from models.backends import load_backend
 from models.quantize import CalibrationImages, calibration_files, float_nodes, onnx_float_nodes
 from utils.boxes import non_max_suppression
 from utils.data.augment import letterbox
-from utils.eval.coco_io import COCO80_NAMES
 from utils.images import read_image_checked
-
-ROOT = Path(__file__).resolve().parents[1]
-NEEDS = {"openvino": ("openvino", "nncf"), "onnx": ("onnx", "onnxruntime")}
-
-
-def _needs(fmt: str) -> None:
-    for package in NEEDS[fmt]:
-        if importlib.util.find_spec(package) is None:
-            pytest.skip(f"optional {package} is not installed: pip install -r requirements-export.txt")
-
-
-def _data_yaml(folder: Path, shared: Path, images: int | None = None, ann: bool = False) -> Path:
-    """A data YAML over COCO128 (its first `images` images as the val split, or all of them)."""
-    root = shared / "datasets/coco128"
-    val = "images/train2017"
-    if images:
-        files = sorted((root / "images/train2017").glob("*.jpg"))[:images]
-        (folder / "val.txt").write_text("".join(f"{f}\n" for f in files))
-        val = str(folder / "val.txt")
-    lines = [f"path: {root}", "train: images/train2017", f"val: {val}", "nc: 80", f"names: {list(COCO80_NAMES)}"]
-    lines += ["ann_json: annotations/instances_train2017.json"] if ann else []
-    path = folder / "data.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _run(script: str, *args) -> None:
-    """A command line in a process of its own: NNCF calibrations run in the pytest process left it to crash later
-    (a segmentation fault in the full suite, while this file alone passed), so every calibration here runs apart."""
-    done = subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True)
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +32,13 @@ def int8_exports(tmp_path_factory, shared) -> Path:
     """yolov5n exported at 128 px, float and INT8 (8 calibration images), to every format installed."""
     folder = tmp_path_factory.mktemp("int8")
     shutil.copy(shared / "weights/yolov5n.pt", folder / "yolov5n.pt")
-    data = _data_yaml(folder, shared, images=8)
+    data = data_yaml(folder, shared, images=8)
     formats = [f for f, packages in NEEDS.items() if all(importlib.util.find_spec(p) for p in packages)]
     if not formats:
         pytest.skip("neither openvino+nncf nor onnx+onnxruntime is installed")
     weights = folder / "yolov5n.pt"
-    _run("export.py", "--weights", weights, "--include", *formats, "--img", 128)
-    _run("export.py", "--weights", weights, "--include", *formats, "--img", 128, "--int8", "--data", data)
+    run("export.py", "--weights", weights, "--include", *formats, "--img", 128)
+    run("export.py", "--weights", weights, "--include", *formats, "--img", 128, "--int8", "--data", data)
     return folder
 
 
@@ -80,29 +48,9 @@ def _bus(shared: Path) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(boxed[..., ::-1].transpose(2, 0, 1))).float()[None] / 255
 
 
-def _coco_map(weights: Path, data: Path, tmp_path: Path, name: str) -> float:
-    _run(
-        "test.py",
-        "--weights",
-        weights,
-        "--data",
-        data,
-        "--img",
-        640,
-        "--batch-size",
-        16,
-        "--project",
-        tmp_path,
-        "--name",
-        name,
-        "--no-plots",
-    )
-    return json.loads((tmp_path / name / "results.json").read_text())["metrics"]["mAP50-95"]
-
-
 @pytest.mark.parametrize("fmt", ["openvino", "onnx"])
 def test_int8_export_carries_precision_and_detects_like_float(int8_exports, shared, fmt):
-    _needs(fmt)
+    needs(fmt)
     name = {"openvino": "yolov5n{}_openvino_model", "onnx": "yolov5n{}.onnx"}[fmt]
     float_backend = load_backend(int8_exports / name.format(""))
     backend = load_backend(int8_exports / name.format("_int8"))
@@ -123,7 +71,7 @@ def test_int8_export_carries_precision_and_detects_like_float(int8_exports, shar
 
 
 def test_openvino_int8_keeps_the_decoding_in_float(int8_exports):
-    _needs("openvino")
+    needs("openvino")
     import openvino as ov
 
     model = ov.Core().read_model(str(int8_exports / "yolov5n_int8_openvino_model/yolov5n.xml"))
@@ -139,7 +87,7 @@ def test_openvino_int8_keeps_the_decoding_in_float(int8_exports):
 
 
 def test_onnx_int8_keeps_the_decoding_in_float(int8_exports):
-    _needs("onnx")
+    needs("onnx")
     import onnx
 
     proto = onnx.load(str(int8_exports / "yolov5n_int8.onnx"))
@@ -161,7 +109,7 @@ def test_float_nodes_follow_the_graph():
 
 
 def test_onnx_float_nodes_of_yolov5n_are_the_first_conv_and_the_head(int8_exports):
-    _needs("onnx")
+    needs("onnx")
     import onnx
 
     kept = onnx_float_nodes(onnx.load(str(int8_exports / "yolov5n.onnx")))
@@ -171,7 +119,7 @@ def test_onnx_float_nodes_of_yolov5n_are_the_first_conv_and_the_head(int8_export
 
 
 def test_calibration_images_are_evenly_spaced_and_letterboxed(tmp_path, shared):
-    data = _data_yaml(tmp_path, shared)
+    data = data_yaml(tmp_path, shared)
     files = calibration_files(data, 4)
     every = sorted(str(p) for p in (shared / "datasets/coco128/images/train2017").glob("*.jpg"))
     assert files == [every[0], every[32], every[64], every[96]]
@@ -209,19 +157,19 @@ def test_int8_missing_nncf_is_one_line(tmp_path, shared, monkeypatch, log):
     monkeypatch.setitem(sys.modules, "nncf", None)  # as if nncf were not installed
     shutil.copy(shared / "weights/yolov5n.pt", tmp_path / "yolov5n.pt")
     argv = ["--weights", str(tmp_path / "yolov5n.pt"), "--include", "openvino", "--int8"]
-    assert export.main([*argv, "--data", str(_data_yaml(tmp_path, shared, 2))]) == 1
+    assert export.main([*argv, "--data", str(data_yaml(tmp_path, shared, 2))]) == 1
     assert "needs the nncf package: pip install -r requirements-export.txt" in _one_error_line(log)
 
 
 def test_int8_torchscript_is_refused(tmp_path, shared, log):
     shutil.copy(shared / "weights/yolov5n.pt", tmp_path / "yolov5n.pt")
     argv = ["--weights", str(tmp_path / "yolov5n.pt"), "--include", "torchscript", "--int8"]
-    assert export.main([*argv, "--data", str(_data_yaml(tmp_path, shared, 2))]) == 1
+    assert export.main([*argv, "--data", str(data_yaml(tmp_path, shared, 2))]) == 1
     assert "not torchscript" in _one_error_line(log)
 
 
 def test_corrupt_int8_openvino_folder_is_one_line(int8_exports, shared, tmp_path, log):
-    _needs("openvino")
+    needs("openvino")
     broken = tmp_path / "yolov5n_int8_openvino_model"
     shutil.copytree(int8_exports / broken.name, broken)
     data = (broken / "yolov5n.bin").read_bytes()
@@ -233,7 +181,7 @@ def test_corrupt_int8_openvino_folder_is_one_line(int8_exports, shared, tmp_path
 
 def test_detect_runs_an_int8_export(int8_exports, shared, tmp_path, log):
     fmt = "openvino" if importlib.util.find_spec("nncf") else "onnx"
-    _needs(fmt)
+    needs(fmt)
     path = int8_exports / ("yolov5n_int8_openvino_model" if fmt == "openvino" else "yolov5n_int8.onnx")
     argv = ["--weights", str(path), "--source", str(shared / "images/bus.jpg"), "--img", "128"]
     assert detect.main([*argv, "--save-txt", "--nosave", "--project", str(tmp_path)]) == 0
@@ -246,12 +194,12 @@ def test_detect_runs_an_int8_export(int8_exports, shared, tmp_path, log):
 
 
 def test_onnxruntime_quantizer_writes_a_qdq_model_that_runs(tmp_path, shared):
-    _needs("onnx")
+    needs("onnx")
     import onnx
 
     shutil.copy(shared / "weights/yolov5n.pt", tmp_path / "yolov5n.pt")
     argv = ["--weights", str(tmp_path / "yolov5n.pt"), "--include", "onnx", "--img", "128", "--int8"]
-    argv += ["--data", str(_data_yaml(tmp_path, shared, images=4)), "--onnx-quantizer", "onnxruntime"]
+    argv += ["--data", str(data_yaml(tmp_path, shared, images=4)), "--onnx-quantizer", "onnxruntime"]
     assert export.main(argv) == 0
     path = tmp_path / "yolov5n_int8.onnx"
     nodes = onnx.load(str(path)).graph.node
