@@ -5,7 +5,7 @@ Usage:
     python benchmarks/run.py --only detect metric # some sections: detect test train metric cuda
     python benchmarks/run.py --device 0           # CUDA figures too (AMP vs float32, FP16 vs float32)
     python benchmarks/run.py --only backends      # PyTorch, TorchScript, ONNX Runtime, OpenVINO; float32, int8
-    python benchmarks/run.py --only backends --models yolov5n  # one model
+    python benchmarks/run.py --only backends --models yolov5n  # one model (yolov5n yolov5s yolov8n yolo11n yolo26n)
 
 Every figure is taken after a warm-up, as the min and median of several runs. COCO128 and the official
 yolov5n.pt come from ../shared (or --coco128 / --weights); yolov5s is timed with random weights (same speed; its
@@ -26,6 +26,9 @@ from bench_inference import _backend_rows, bench_backends, bench_detect, cpu_isa
 from bench_training import _train_row, _train_steps, bench_cuda, bench_train_epoch
 
 from utils.torch_utils import retain_freed_memory  # noqa: E402
+
+# Timed with random weights (no download needed; the speed is that of trained ones): YOLOv5s and the anchor-free family
+RANDOM_MODELS = ("yolov5s", "yolov8n", "yolo11n", "yolo26n")
 
 
 def _coco128_yaml(root: Path, tmp: Path) -> Path:
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", type=Path, default=SHARED / "images" / "bus.jpg")
     parser.add_argument("--runs", type=int, default=20, help="timed repetitions for detect")
     parser.add_argument("--metric-images", type=int, default=5000)
-    parser.add_argument("--models", nargs="+", default=["yolov5n", "yolov5s"], choices=["yolov5n", "yolov5s"])
+    parser.add_argument("--models", nargs="+", default=["yolov5n", "yolov5s"], choices=["yolov5n", *RANDOM_MODELS])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "benchmarks")
     opt = parser.parse_args(argv)
     for needed in (opt.weights, opt.coco128, opt.image):
@@ -161,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             results["detect"] = bench_detect(weights, opt.image, opt.device, opt.runs, tmp)
         if "backends" in opt.only:
             weights = {"yolov5n": opt.weights} if "yolov5n" in opt.models else {}
-            if "yolov5s" in opt.models:
-                weights["yolov5s (random weights)"] = _random_weights("yolov5s.yaml", tmp)
+            for name in (m for m in opt.models if m in RANDOM_MODELS):
+                weights[f"{name} (random weights)"] = _random_weights(f"{name}.yaml", tmp)
             results["backends"] = bench_backends(weights, opt.image, opt.runs, tmp, data)
         if "test" in opt.only:
             results["test"] = bench_test(data, opt.weights, opt.device, tmp, repeats=2)

@@ -62,12 +62,12 @@ class TorchScriptBackend(Backend):
         return out[0] if isinstance(out, (list, tuple)) else out
 
 
-def _check_outputs(path, shape: list, nc: int) -> None:
-    """BackendError unless the graph's one output is (B, N, 5 + nc) (symbolic dimensions pass)."""
+def _check_outputs(path, shape: list, width: int) -> None:
+    """BackendError unless the graph's one output is (B, N, width) (symbolic dimensions pass)."""
     last = shape[-1] if shape else None
-    if len(shape) != 3 or (isinstance(last, int) and last != 5 + nc):
+    if len(shape) != 3 or (isinstance(last, int) and last != width):
         raise BackendError(
-            f"{path} is not a YOLO export: its output has shape {list(shape)}, expected (batch, boxes, {5 + nc})"
+            f"{path} is not a YOLO export: its output has shape {list(shape)}, expected (batch, boxes, {width})"
         )
 
 
@@ -91,7 +91,7 @@ class OnnxBackend(Backend):
             raise
         except Exception as e:  # onnxruntime raises its own exception types for unreadable graphs
             raise BackendError(f"{path} is not a readable ONNX model: {error_line(e)}") from None
-        _check_outputs(path, session.get_outputs()[0].shape, len(self.names))
+        _check_outputs(path, session.get_outputs()[0].shape, self.output_width)
         self.session, self.input_name = session, session.get_inputs()[0].name
         self.numpy_dtype = np.float16 if "float16" in session.get_inputs()[0].type else np.float32
 
@@ -117,7 +117,7 @@ class OpenVinoBackend(Backend):
         core = ov.Core()
         model = _openvino_call(core.read_model, xmls[0], "could not be read by OpenVINO", str(xmls[0]))
         _check_outputs(
-            path, [d.get_length() if d.is_static else None for d in model.output(0).partial_shape], len(self.names)
+            path, [d.get_length() if d.is_static else None for d in model.output(0).partial_shape], self.output_width
         )
         # f32 as exported unless --bf16 asks for bfloat16 (OpenVINO's own default on CPUs with AMX or AVX512-BF16)
         precision = "bf16" if bf16 and cpu_supports_bf16() else "f32"

@@ -114,7 +114,7 @@ class InferenceOutput(nn.Module):
         self.model = model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) in [0, 1] -> (B, N, 5 + nc)."""
+        """(B, 3, H, W) in [0, 1] -> (B, N, 5 + nc), or an end-to-end head's final (B, k, 6)."""
         return self.model(x)[0]
 
 
@@ -133,10 +133,12 @@ def file_size_mb(path: Path) -> float:
 
 
 def export_metadata(model: nn.Module, options: ExportOptions) -> dict:
-    """What a backend needs beside the graph: class names, strides, export size, batch, dynamic, half."""
+    """What a backend needs beside the graph: class names, strides, export size, batch, dynamic, half, and
+    end2end (YOLO26: the graph outputs final (B, k, 6) detections, run without NMS)."""
     strides = [int(s) for s in model.stride.tolist()]
     return {
         "names": list(model.names),
+        "end2end": bool(getattr(model, "end2end", False)),
         "stride": max(strides),
         "strides": strides,
         "imgsz": list(options.imgsz),

@@ -101,7 +101,8 @@ def _positive_ints(value, key: str, path, allowed=None, at_most: int = 1 << 30) 
 
 
 def parse_metadata(raw: dict, path) -> dict:
-    """names (list), stride (list of floats), imgsz ((h, w)), batch (int), dynamic (bool) of an export's metadata,
+    """names (list), stride (list of floats), imgsz ((h, w)), batch (int), dynamic and end2end (bools) of an export's
+    metadata,
     each bounded (flat names of short strings, strides from a small set, sane sizes): BackendError otherwise."""
     if not isinstance(raw, dict) or len(raw) > MAX_METADATA_KEYS:
         raise BackendError(f"{path}: its metadata is not a mapping of at most {MAX_METADATA_KEYS} keys")
@@ -120,6 +121,7 @@ def parse_metadata(raw: dict, path) -> dict:
         "imgsz": tuple(imgsz * 2 if len(imgsz) == 1 else imgsz),
         "batch": batch[0],
         "dynamic": meta.get("dynamic", False) is True,
+        "end2end": meta.get("end2end", False) is True,
         "exporter": meta.get("exporter") if isinstance(meta.get("exporter"), str) else None,
         "precision": _precision(meta),
         "calibration_images": _positive_ints(meta.get("calibration_images") or 1, "calibration_images", path)[0]

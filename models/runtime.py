@@ -40,6 +40,9 @@ class Backend(nn.Module):
         self.batch = None if meta["dynamic"] else meta["batch"]
         self.precision = meta["precision"]  # fp32, fp16 or int8, as exported
         self.calibration_images = meta["calibration_images"]
+        # YOLO26's end-to-end exports give final (B, k, 6) detections; the Predictor and Validator then skip NMS.
+        self.end2end = meta["end2end"]
+        self.output_width = 6 if self.end2end else 5 + len(self.names)
         # An empty parameter tells code that asks next(model.parameters()) the device and the float32 input dtype.
         self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
 
@@ -49,7 +52,7 @@ class Backend(nn.Module):
 
     def checked_run(self, x: torch.Tensor) -> torch.Tensor:
         """run(x) as float32 on x's device; a runtime's failure (a graph that does not take this input or gives
-        another output than (B, N, 5 + nc)) as one BackendError line naming the export."""
+        another output than (B, N, output_width)) as one BackendError line naming the export."""
         try:
             out = self.run(x)
         except (MemoryError, torch.OutOfMemoryError):
@@ -58,8 +61,8 @@ class Backend(nn.Module):
             raise BackendError(
                 f"{self.path} failed on a {tuple(x.shape)} input: {error_line(e, self.last_line)}"
             ) from None
-        if out.ndim != 3 or out.shape[0] != x.shape[0] or out.shape[-1] != 5 + len(self.names):
-            shape = f"(batch, boxes, {5 + len(self.names)})"
+        if out.ndim != 3 or out.shape[0] != x.shape[0] or out.shape[-1] != self.output_width:
+            shape = f"(batch, boxes, {self.output_width})"
             raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(out.shape)}, expected {shape}")
         return out.to(x.device).float()
 

@@ -334,6 +334,9 @@ def test_yolo11n_trains_end_to_end_with_its_hyp_and_close_mosaic(shapes_yaml, tm
     with open(run / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 and all(math.isfinite(float(r["metrics/mAP50-95"])) for r in rows)
+    losses = [c for c in rows[0] if c.endswith("_loss")]  # the columns name this family's loss items
+    assert losses == [f"{split}/{item}_loss" for split in ("train", "val") for item in ("box", "cls", "dfl")]
+    assert " dfl_loss " in log.text and " obj_loss " not in log.text  # the console's header too
     for name in ("last.pt", "best.pt"):
         ckpt = torch.load(run / "weights" / name, map_location="cpu", weights_only=True)
         floats = [v for v in ckpt["model"].values() if v.is_floating_point()]

@@ -1,6 +1,7 @@
 """utils.train.callbacks: results.csv rows from EpochResult, resume truncation, the hook dispatch and the defaults."""
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +15,10 @@ from utils.train.callbacks import (
     ResultsCsv,
     TensorBoard,
     default_callbacks,
+    result_columns,
 )
+from utils.train.loss import ComputeLoss
+from utils.train.loss_anchor_free import AnchorFreeLoss
 
 
 def _result(epoch: int) -> EpochResult:
@@ -32,6 +36,16 @@ def test_epoch_result_row_follows_the_columns():
     named = dict(zip(RESULT_COLUMNS, row))
     assert named["epoch"] == 3 and named["train/obj_loss"] == 0.2 and named["metrics/mAP50-95"] == 0.2
     assert named["val/cls_loss"] == 0.03 and named["lr/pg0"] == 0.1
+
+
+def test_anchor_free_results_name_their_loss_items(tmp_path):
+    result = replace(_result(0), loss_names=AnchorFreeLoss.LOSS_NAMES)
+    ResultsCsv().on_epoch_end(SimpleNamespace(save_dir=tmp_path), result)
+    header, row = _rows(tmp_path / "results.csv")
+    named = dict(zip(header, row))
+    assert header[1:4] == ["train/box_loss", "train/cls_loss", "train/dfl_loss"] and "train/obj_loss" not in header
+    assert named["train/cls_loss"] == "0.2" and named["val/dfl_loss"] == "0.03"  # the items in the loss's order
+    assert RESULT_COLUMNS == result_columns(ComputeLoss.LOSS_NAMES)  # YOLOv5's header is unchanged: box, obj, cls
 
 
 def test_results_csv_writes_rows_and_drops_redone_epochs_on_resume(tmp_path):

@@ -190,18 +190,11 @@ def plot_results(csv_file: str | Path) -> Path:
         rows = [[c.strip() for c in r] for r in csv.reader(f) if r]
     header = rows[0]
     values = np.array([[float(c) for c in r] for r in rows[1:]], dtype=np.float64).reshape(-1, len(header))
-    order = [
-        "train/box_loss",
-        "train/obj_loss",
-        "train/cls_loss",
-        "metrics/precision",
-        "metrics/recall",
-        "val/box_loss",
-        "val/obj_loss",
-        "val/cls_loss",
-        "metrics/mAP50",
-        "metrics/mAP50-95",
-    ]
+    # The top row: training losses, precision, recall; the bottom: validation losses, mAP50, mAP50-95. The loss
+    # columns are read from the header (YOLOv5: box, obj, cls; anchor-free: box, cls, dfl).
+    train = [c for c in header if c.startswith("train/")]
+    val = [c for c in header if c.startswith("val/")]
+    order = [*train, "metrics/precision", "metrics/recall", *val, "metrics/mAP50", "metrics/mAP50-95"]
     columns = [c for c in order if c in header]
     fig = Figure(figsize=(12, 6))
     axes = fig.subplots(2, 5).ravel()

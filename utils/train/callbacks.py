@@ -22,22 +22,19 @@ from utils.log import LOGGER, PROGRESS_BAR
 from utils.plots import save_batch_plot
 from utils.train.tensorboard_logger import TensorBoardRun, open_tensorboard
 
-RESULT_COLUMNS = [
-    "epoch",
-    "train/box_loss",
-    "train/obj_loss",
-    "train/cls_loss",
-    "metrics/precision",
-    "metrics/recall",
-    "metrics/mAP50",
-    "metrics/mAP50-95",
-    "val/box_loss",
-    "val/obj_loss",
-    "val/cls_loss",
-    "lr/pg0",
-    "lr/pg1",
-    "lr/pg2",
-]
+YOLOV5_LOSS_NAMES = ("box", "obj", "cls")  # a loss class names its three items in LOSS_NAMES
+METRIC_NAMES = ("metrics/precision", "metrics/recall", "metrics/mAP50", "metrics/mAP50-95")
+
+
+def result_columns(loss_names: tuple[str, ...] = YOLOV5_LOSS_NAMES) -> list[str]:
+    """The results.csv header of a run whose loss items are loss_names (YOLOv5: box, obj, cls; anchor-free: box,
+    cls, dfl)."""
+    train = [f"train/{n}_loss" for n in loss_names]
+    val = [f"val/{n}_loss" for n in loss_names]
+    return ["epoch", *train, *METRIC_NAMES, *val, "lr/pg0", "lr/pg1", "lr/pg2"]
+
+
+RESULT_COLUMNS = result_columns()  # YOLOv5's
 
 
 @dataclass
@@ -47,7 +44,7 @@ class BatchEnd:
     epoch: int
     index: int  # batch index within the epoch
     iteration: int  # batches since the start of training
-    mean_losses: list[float]  # (box, obj, cls)
+    mean_losses: list[float]  # in the loss's LOSS_NAMES order
     images: torch.Tensor  # the batch as trained (0-1 floats, after multi-scale)
     targets: torch.Tensor  # (n, 6) image index, class, xywh normalised
     paths: list[str]
@@ -58,30 +55,39 @@ class EpochResult:
     """One epoch: its training losses, the latest validation and the learning rates it trained at."""
 
     epoch: int
-    train_losses: list[float]  # (box, obj, cls) means over the epoch
+    train_losses: list[float]  # means over the epoch, in loss_names order
     precision: float
     recall: float
     map50: float
     map: float  # mAP50-95
-    val_losses: list[float]  # (box, obj, cls)
+    val_losses: list[float]
     lrs: list[float]  # per parameter group
     fitness: float
+    loss_names: tuple[str, ...] = YOLOV5_LOSS_NAMES
+
+    def columns(self) -> list[str]:
+        """The names of row()'s values: the results.csv header."""
+        return result_columns(self.loss_names)
 
     def row(self) -> list[float]:
-        """The values of a results.csv row, in RESULT_COLUMNS order."""
+        """The values of a results.csv row, in columns() order."""
         metrics = [self.precision, self.recall, self.map50, self.map]
         return [self.epoch, *self.train_losses, *metrics, *self.val_losses, *self.lrs]
 
 
 def epoch_result(
-    epoch: int, train_losses: list[float], lrs: list[float], validation: ValidationResult | None
+    epoch: int,
+    train_losses: list[float],
+    lrs: list[float],
+    validation: ValidationResult | None,
+    loss_names: tuple[str, ...] = YOLOV5_LOSS_NAMES,
 ) -> EpochResult:
     """An epoch's EpochResult from its training losses, lrs and validation (zeros where there is none yet)."""
     if validation is None:
-        return EpochResult(epoch, train_losses, 0.0, 0.0, 0.0, 0.0, [0.0, 0.0, 0.0], lrs, 0.0)
+        return EpochResult(epoch, train_losses, 0.0, 0.0, 0.0, 0.0, [0.0, 0.0, 0.0], lrs, 0.0, loss_names)
     m = validation.metrics
     losses = [float(x) for x in validation.losses]
-    return EpochResult(epoch, train_losses, m.mp, m.mr, m.map50, m.map, losses, lrs, validation.fitness)
+    return EpochResult(epoch, train_losses, m.mp, m.mr, m.map50, m.map, losses, lrs, validation.fitness, loss_names)
 
 
 class Callback:
@@ -127,13 +133,13 @@ class Callbacks:
 # results.csv
 
 
-def write_results_row(file: Path, values: list) -> None:
-    """Append one epoch's row to results.csv (header first when the file is new)."""
+def write_results_row(file: Path, values: list, columns: list[str] = RESULT_COLUMNS) -> None:
+    """Append one epoch's row to results.csv (the header, columns, first when the file is new)."""
     new = not file.exists()
     with open(file, "a", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         if new:
-            writer.writerow(RESULT_COLUMNS)
+            writer.writerow(columns)
         writer.writerow([int(values[0])] + [f"{float(v):.6g}" for v in values[1:]])
 
 
@@ -156,7 +162,7 @@ class ResultsCsv(Callback):
             truncate_results(trainer.save_dir / "results.csv", trainer.start_epoch)
 
     def on_epoch_end(self, trainer, result: EpochResult) -> None:
-        write_results_row(trainer.save_dir / "results.csv", result.row())
+        write_results_row(trainer.save_dir / "results.csv", result.row(), result.columns())
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -211,7 +217,7 @@ class TensorBoard(Callback):
 
     def on_epoch_end(self, trainer, result: EpochResult) -> None:
         if self.run is not None:
-            self.run.scalars(dict(zip(RESULT_COLUMNS[1:], result.row()[1:])), result.epoch)
+            self.run.scalars(dict(zip(result.columns()[1:], result.row()[1:])), result.epoch)
 
     def on_train_end(self, trainer, results: EpochResult | None) -> None:
         if self.run is not None:
@@ -238,7 +244,8 @@ class Console(Callback):
         )
 
     def on_epoch_start(self, trainer, epoch: int) -> None:
-        LOGGER.info(("\n" + "%11s" * 7) % ("Epoch", "GPU_mem", "box_loss", "obj_loss", "cls_loss", "Instances", "Size"))
+        losses = [f"{name}_loss" for name in trainer.loss.LOSS_NAMES]
+        LOGGER.info(("\n" + "%11s" * 7) % ("Epoch", "GPU_mem", *losses, "Instances", "Size"))
         self.bar = tqdm(total=len(trainer.train_loader), bar_format=PROGRESS_BAR)
 
     def on_batch_end(self, trainer, batch: BatchEnd) -> None:

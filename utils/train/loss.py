@@ -113,6 +113,8 @@ class _CellsAndObjectness(torch.autograd.Function):
 class ComputeLoss:
     """YOLOv5 loss for a Model: call with (per-level raw maps, targets (n, 6)) -> (loss * batch, [box, obj, cls])."""
 
+    LOSS_NAMES = ("box", "obj", "cls")  # the loss items' names: results.csv, the console, TensorBoard
+
     def __init__(self, model: nn.Module, hyp: dict):
         detect = de_parallel(model).model[-1]
         device = detect.anchors.device

@@ -59,6 +59,8 @@ def distribution_focal_loss(logits: torch.Tensor, target: torch.Tensor) -> torch
 class AnchorFreeLoss:
     """Box (CIoU), class (BCE) and distance (DFL, or L1 for reg_max 1) losses of an AnchorFreeDetect head."""
 
+    LOSS_NAMES = ("box", "cls", "dfl")  # the loss items' names, as Ultralytics reports them
+
     def __init__(self, model: nn.Module, hyp: dict, topk: int = TOPK, final_topk: int | None = None):
         head = de_parallel(model).model[-1]
         self.head, self.hyp = head, hyp
@@ -138,6 +140,8 @@ class EndToEndLoss:
     its NMS-free output needs) on the second, weighted o2m : 1 - o2m with o2m falling from 0.8 to 0.1 over the
     epochs (set_epoch). The loss items are the one-to-one branch's. Given plain maps (validation), the branch the
     head outputs in eval is scored: one-to-one when end-to-end, else one-to-many."""
+
+    LOSS_NAMES = AnchorFreeLoss.LOSS_NAMES
 
     def __init__(self, model: nn.Module, hyp: dict, epochs: int = 1):
         self.one2many = AnchorFreeLoss(model, hyp, topk=TOPK)

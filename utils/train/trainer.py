@@ -253,7 +253,7 @@ class Trainer:
             self.validation = self.evaluate(fp16_rounded(self.parts.ema.ema), plots=last and self.plots, verbose=last)
             self.full_validation_epoch = epoch if last else None
         # With --noval, the previous validation (zeros before the first) is listed again.
-        return epoch_result(epoch, train_losses, self.lrs, self.validation)
+        return epoch_result(epoch, train_losses, self.lrs, self.validation, self.loss.LOSS_NAMES)
 
     def save(self, result: EpochResult, final: bool) -> None:
         """last.pt (and best.pt, epochN.pt when due) unless --nosave, always at the end; on_checkpoint_saved each."""
@@ -329,7 +329,7 @@ class Trainer:
             if self.channels_last:
                 best.to(memory_format=torch.channels_last)
             final = self.evaluate(best, plots=self.plots, verbose=True)
-            result = epoch_result(result.epoch, result.train_losses, result.lrs, final)
+            result = epoch_result(result.epoch, result.train_losses, result.lrs, final, result.loss_names)
         self.callbacks.on_train_end(self, result)
         return result
 
