@@ -22,7 +22,7 @@ from utils.train.callbacks import Callback
 from utils.train.loss import ComputeLoss
 from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss, distribution_focal_loss, pad_targets
 from utils.train.options import ANCHOR_FREE_HYP, default_hyp
-from utils.train.setup import build_loss, check_hyp_fits
+from utils.train.setup import build_loss, check_hyp_fits, choose_optimizer
 from utils.train.step import loss_gains
 
 AF_HYP = {"box": 7.5, "cls": 0.5, "dfl": 1.5}
@@ -283,6 +283,17 @@ def test_hyp_of_the_other_family_is_refused(yolo11_model):
         check_hyp_fits(Model("yolov5n.yaml", nc=3), load_hyp("hyp.anchor_free.yaml"), "data/hyp.anchor_free.yaml")
 
 
+def test_optimizer_auto_chooses_as_ultralytics_for_anchor_free_and_sgd_for_yolov5():
+    hyp = load_hyp(ANCHOR_FREE_HYP)
+    name, short = choose_optimizer("auto", hyp, True, n_images=400, batch_size=16, epochs=20, nc=5)  # 140 batches of 64
+    assert name == "AdamW" and short == {**hyp, "lr0": 0.001111, "momentum": 0.9, "warmup_bias_lr": 0.0}
+    name, long = choose_optimizer("auto", hyp, True, n_images=118287, batch_size=64, epochs=100, nc=80)
+    assert name == "SGD" and (long["lr0"], long["momentum"], long["warmup_bias_lr"]) == (0.01, 0.9, 0.0)
+    yolov5_hyp = load_hyp("hyp.scratch.yaml")
+    assert choose_optimizer("auto", yolov5_hyp, False, 400, 16, 20, 5) == ("SGD", yolov5_hyp)  # YOLOv5 as before
+    assert choose_optimizer("AdamW", hyp, True, 400, 16, 20, 5) == ("AdamW", hyp)  # a named one keeps the hyp's lr0
+
+
 def test_autoanchor_skips_anchor_free_models(yolo11_model, log):
     check_anchors(dataset=None, model=yolo11_model, imgsz=64)  # no dataset needed: nothing to fit
     assert "skipped: the model is anchor-free" in log.text
@@ -329,6 +340,7 @@ def test_yolo11n_trains_end_to_end_with_its_hyp_and_close_mosaic(shapes_yaml, tm
     args = ["--data", shapes_yaml, *FAST, "--epochs", 2, "--project", tmp_path, "--hyp", hyp_file]
     assert _train(*args, "--workers", 1, callbacks=[seen]) == 0
     assert seen.mosaic == [True, False] and "close_mosaic: epochs 1-1" in log.text
+    assert "optimizer: auto chose AdamW(lr0=0.001111, momentum=0.9)" in log.text  # the shapes data has 5 classes
     assert "AutoAnchor" not in log.text or "anchor-free" in log.text
     run = tmp_path / "exp"
     with open(run / "results.csv", newline="") as f:

@@ -35,7 +35,7 @@ class TrainConfig:
     cache: str | None = None  # 'ram', 'disk' or None
     workers: int = 8
     # Optimisation
-    optimizer: str = "SGD"
+    optimizer: str = "auto"  # SGD for YOLOv5; Ultralytics' choice for the anchor-free family (setup.choose_optimizer)
     cos_lr: bool = False
     label_smoothing: float = 0.0
     patience: int = 100

@@ -133,7 +133,12 @@ def _add_run_flags(p: Parser) -> None:
     p.add_argument("--device", default="", help="cuda device, i.e. 0 or 0,1,2,3 or cpu")
     p.add_argument("--multi-scale", action="store_true", help="vary image size +/- 50%%")
     p.add_argument("--single-cls", action="store_true", help="train multi-class data as one class")
-    p.add_argument("--optimizer", type=str, choices=["SGD", "Adam", "AdamW"], default="SGD")
+    p.add_argument(
+        "--optimizer",
+        choices=["auto", "SGD", "Adam", "AdamW"],
+        default="auto",
+        help="auto: SGD for YOLOv5 models; for the anchor-free family AdamW or SGD with lr0 as Ultralytics chooses",
+    )
     p.add_argument("--sync-bn", action="store_true", help="SyncBatchNorm, only in distributed CUDA training")
     p.add_argument("--workers", type=int_in(0), default=8, help="max dataloader workers (per process in DDP)")
     p.add_argument("--project", default=str(DEFAULT_PROJECT), help="save to project/name")

@@ -22,6 +22,7 @@ from utils.train.config import TrainConfig
 from utils.train.distributed import LOCAL_RANK, WORLD_SIZE
 from utils.train.loss import ComputeLoss
 from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
+from utils.train.step import NBS
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Model, weights and image size
@@ -203,6 +204,27 @@ def build_loss(model: nn.Module, hyp: dict, epochs: int = 1):
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Optimiser, schedule, early stopping
+
+
+AUTO_ADAMW_ITERATIONS = 10_000  # --optimizer auto: anchor-free runs up to this many nominal batches train with AdamW
+
+
+def choose_optimizer(name: str, hyp: dict, anchor_free: bool, n_images: int, batch_size: int, epochs: int, nc: int):
+    """(optimizer name, hyp) for --optimizer name. auto, the default: YOLOv5 models train with SGD at the hyp's lr0
+    and momentum, as YOLOv5 does; the anchor-free family as Ultralytics' optimizer=auto: AdamW at lr0 0.002 * 5 /
+    (4 + nc) for runs of at most 10,000 nominal batches, else SGD at lr0 0.01 (Ultralytics 8.4 picks its MuSGD
+    there, which we do not have), both with momentum 0.9 and a bias warmup from 0; the hyp's values are ignored."""
+    if name != "auto":
+        return name, hyp
+    if not anchor_free:
+        return "SGD", hyp
+    iterations = math.ceil(n_images / max(batch_size, NBS)) * epochs
+    name, lr0 = ("SGD", 0.01) if iterations > AUTO_ADAMW_ITERATIONS else ("AdamW", round(0.002 * 5 / (4 + nc), 6))
+    LOGGER.info(
+        f"optimizer: auto chose {name}(lr0={lr0}, momentum=0.9) for {iterations} nominal batches of {NBS} images "
+        "(the hyp's lr0, momentum and warmup_bias_lr are not used; --optimizer SGD keeps them)"
+    )
+    return name, {**hyp, "lr0": lr0, "momentum": 0.9, "warmup_bias_lr": 0.0}
 
 
 def smart_optimizer(

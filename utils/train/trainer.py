@@ -50,6 +50,7 @@ from utils.train.setup import (
     build_train_loader,
     build_val_loader,
     check_hyp_fits,
+    choose_optimizer,
     close_mosaic,
     freeze_layers,
     is_anchor_free_model,
@@ -90,13 +91,12 @@ class Trainer:
         callbacks: list[Callback] | None = None,
     ):
         self.config, self.device = config, device
-        self.hyp = dict(config.hyp)  # as given: augmentation, warmup, anchors; the loss's scaled gains are loss_hyp
+        self.hyp = dict(config.hyp)  # as given (--optimizer auto may set lr0, momentum); the loss's gains: loss_hyp
         self.epochs, self.plots, self.resuming = config.epochs, not config.noplots, config.resume
         self.main_process = MAIN_PROCESS
         self.resume_ckpt = resume_ckpt
         self.callbacks = Callbacks(default_callbacks(self.plots) + list(callbacks or []) if self.main_process else [])
-        # The run folder: given (a resumed run's own, an evolve generation's), or None until setup() reserves one
-        # once data and model are known good, so a failed start leaves no folder and two runs get two folders.
+        # The run folder: given (resumed, evolve's), or None until setup() reserves it once data and model are good.
         self.save_dir: Path | None = Path(config.save_dir).absolute() if config.save_dir else None
         # Set up by setup(), in this order: data, model geometry, loaders, optimization, precision and loss.
         self.seed = config.seed % 2**32  # --seed takes any integer; NumPy's seeds must be in [0, 2**32)
@@ -386,11 +386,12 @@ class Trainer:
         self.labels = np.concatenate(labels, 0) if len(labels) else np.zeros((0, 5))
 
     def _setup_optimizer(self, model: nn.Module) -> None:
-        """Gradients accumulate to the nominal batch; weight decay scales with the effective batch."""
-        hyp, config = self.hyp, self.config
-        self.accumulate = max(round(NBS / self.batch_size), 1)
+        """--optimizer auto resolved (into self.hyp); gradients accumulate to the nominal batch; decay scales too."""
+        config, auto = self.config, (self.anchor_free, len(self.dataset), self.batch_size, self.epochs, self.nc)
+        name, self.hyp = choose_optimizer(config.optimizer, self.hyp, *auto)
+        hyp, self.accumulate = self.hyp, max(round(NBS / self.batch_size), 1)
         weight_decay = hyp["weight_decay"] * self.batch_size * self.accumulate / NBS
-        self.optimizer = smart_optimizer(model, config.optimizer, hyp["lr0"], hyp["momentum"], weight_decay)
+        self.optimizer = smart_optimizer(model, name, hyp["lr0"], hyp["momentum"], weight_decay)
         self.lr_factor = lr_lambda(self.epochs, hyp["lrf"], config.cos_lr)
         self.scheduler = lr_scheduler.LambdaLR(self.optimizer, lr_lambda=self.lr_factor)
 
