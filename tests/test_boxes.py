@@ -1,5 +1,9 @@
 """Box conversions, letterbox geometry, rescaling to the original image, and NMS."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +12,7 @@ import torchvision
 from utils.boxes import (
     non_max_suppression,
     scale_boxes,
+    torchvision_nms,
     xywh2xyxy,
     xywhn2xyxy,
     xyxy2xywh,
@@ -102,3 +107,18 @@ def test_nms_empty():
     pred[..., 4] = 0
     out = non_max_suppression(pred, 0.25, 0.45)
     assert out[0].shape == (0, 6)
+
+
+def test_nms_kernel_is_torchvisions_and_commands_start_without_the_package():
+    torch.manual_seed(0)
+    corners = torch.rand(2000, 2) * 600
+    boxes = torch.cat((corners, corners + torch.rand(2000, 2) * 100 + 1), 1)
+    scores = torch.rand(2000)
+    assert torchvision_nms() is torch.ops.torchvision.nms  # the compiled operator, found without the package
+    assert torch.equal(torchvision_nms()(boxes, scores, 0.45), torchvision.ops.nms(boxes, scores, 0.45))
+    # importing torchvision would also import its models and torch._dynamo: seconds of every command's start-up
+    loaded = "print('torchvision' in sys.modules, 'torch._dynamo' in sys.modules)"
+    code = f"import sys, detect, test, train, export; {loaded}"
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "False"], done.stderr[-2000:]

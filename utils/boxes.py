@@ -1,11 +1,38 @@
 """Box formats, rescaling between letterboxed and original images, and non-maximum suppression."""
 
+import functools
+import importlib.machinery
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import torch
-import torchvision
 
 Array = torch.Tensor | np.ndarray
 MAX_WH = 7680  # pixels: larger than any box, so boxes shifted by class * MAX_WH never overlap across classes
+TORCHVISION_LIBRARIES = ("_C_stable", "_C")  # where torchvision 0.2x compiles its operators, in its own order
+
+
+@functools.cache
+def torchvision_nms() -> Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]:
+    """torchvision's NMS kernel, torch.ops.torchvision.nms (what torchvision.ops.nms calls), registered by loading
+    torchvision's compiled library. `import torchvision` would also import its model zoo and, through it,
+    torch._dynamo: about 1.5 s of every command's start-up on a 2-core CPU, for this one operator. Where the
+    library is not found or does not load, the package is imported as usual."""
+    spec = importlib.util.find_spec("torchvision")
+    folder = Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+    for name in TORCHVISION_LIBRARIES if folder else ():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if (folder / f"{name}{suffix}").is_file():
+                try:
+                    torch.ops.load_library(str(folder / f"{name}{suffix}"))
+                    return torch.ops.torchvision.nms
+                except (OSError, RuntimeError, AttributeError):
+                    break  # as torchvision does: the next library name, then the package
+    import torchvision
+
+    return torchvision.ops.nms
 
 
 def _empty_like(x: Array) -> Array:
@@ -121,7 +148,7 @@ def non_max_suppression(
         # Class-aware NMS as one torchvision NMS over boxes shifted apart by class (batched_nms's coordinate
         # trick): torchvision's batched_nms falls back to a per-class loop above 1,000 boxes on CPU.
         offsets = 0 if agnostic else det[:, 5:6] * MAX_WH
-        kept = torchvision.ops.nms(det[:, :4] + offsets, det[:, 4], iou_thres)
+        kept = torchvision_nms()(det[:, :4] + offsets, det[:, 4], iou_thres)
         output.append(det[kept[:max_det]])
     return output
 
