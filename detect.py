@@ -19,7 +19,7 @@ from utils.infer.outputs import OutputOptions, Outputs, make_save_dir
 from utils.infer.predict import LIMITS, DetectRun, PredictOptions, Predictor, check_options
 from utils.infer.sources import check_source
 from utils.log import LOGGER
-from utils.torch_utils import select_device
+from utils.torch_utils import fit_threads_to_idle_cores, select_device
 
 SWITCHES = {  # store_true flags: the output switches and NMS modes
     "--view-img": "show results",
@@ -138,4 +138,5 @@ def _command(opt: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
+    fit_threads_to_idle_cores()  # a command line only: the Python API leaves torch's threads to its caller
     sys.exit(main())

@@ -18,6 +18,7 @@ import sys
 from utils.cli import Parser, float_in, int_in, run_cli
 from utils.errors import TestError
 from utils.eval.validate_weights import TASKS, run, score_files
+from utils.torch_utils import fit_threads_to_idle_cores
 
 __all__ = ["main", "parse_opt", "run", "score_files"]
 
@@ -81,4 +82,5 @@ def _command(opt: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
+    fit_threads_to_idle_cores()  # a command line only: the Python API leaves torch's threads to its caller
     sys.exit(main())

@@ -2,14 +2,27 @@
 
 import contextlib
 import ctypes
+import os
 import platform
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 from models.yolo import Model
+from utils import torch_utils
 from utils.errors import DeviceError
-from utils.torch_utils import cpu_supports_bf16, prepare_for_inference, resolve_half, retain_freed_memory, select_device
+from utils.torch_utils import (
+    cpu_supports_bf16,
+    fit_threads_to_idle_cores,
+    idle_cpu_cores,
+    prepare_for_inference,
+    resolve_half,
+    retain_freed_memory,
+    select_device,
+)
 
 
 def test_select_device():
@@ -136,3 +149,35 @@ def test_retain_freed_memory_tunes_glibc_and_declines_elsewhere(monkeypatch):
 
     monkeypatch.setattr(ctypes, "CDLL", no_glibc)  # macOS, Windows, musl: nothing to tune
     assert retain_freed_memory() is False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat") or (os.cpu_count() or 1) < 2, reason="needs Linux and 2+ cores")
+def test_idle_cores_see_another_process_but_not_our_own_threads():
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # the busy loop is running
+        seen = min(idle_cpu_cores(0.2) for _ in range(3))
+    finally:
+        busy.kill()
+        busy.wait()
+    assert seen is not None and seen <= os.cpu_count() - 0.5  # one core held by the busy loop
+
+
+def test_threads_fit_the_idle_cores_unless_omp_num_threads_is_set(monkeypatch, log):
+    threads = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setattr(torch_utils, "idle_cpu_cores", lambda: 0.9)
+        fit_threads_to_idle_cores()
+        assert torch.get_num_threads() == 1 and "running 1 of 2 threads" in log.text
+        torch.set_num_threads(2)
+        monkeypatch.setattr(torch_utils, "idle_cpu_cores", lambda: 1.8)  # idle enough: both threads stay
+        fit_threads_to_idle_cores()
+        assert torch.get_num_threads() == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice stands
+        monkeypatch.setattr(torch_utils, "idle_cpu_cores", lambda: 0.5)
+        fit_threads_to_idle_cores()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

@@ -7,6 +7,7 @@ import os
 import random
 import time
 from copy import deepcopy
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -48,6 +49,37 @@ def select_device(device: str = "") -> torch.device:
     if max(int(d) for d in ids) >= count:
         raise DeviceError(f"--device {device}: only {count} CUDA device(s) are visible (indices 0-{count - 1})")
     return torch.device(f"cuda:{ids[0]}")
+
+
+def idle_cpu_cores(window_s: float = 0.1) -> float | None:
+    """How many CPU cores other processes leave idle, from /proc/stat over window_s seconds (this process's own
+    threads, e.g. a thread pool still spinning, count as idle); None where it cannot be read."""
+
+    def ticks() -> tuple[int, int]:
+        machine = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[11:13]  # utime, stime
+        return machine[3] + machine[4] + sum(int(v) for v in own), sum(machine)  # idle + iowait + ours, all
+
+    try:
+        idle0, total0 = ticks()
+        time.sleep(window_s)
+        idle1, total1 = ticks()
+    except (OSError, ValueError, IndexError):
+        return None
+    return (os.cpu_count() or 1) * (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
+
+
+def fit_threads_to_idle_cores() -> None:
+    """At a command's start: torch's CPU threads cut to the cores other processes leave idle. Two threads on two cores
+    of which another process holds one ran detect.py at 2.7x its idle time on a 2-core CPU (each parallel region
+    waits for the thread that shares a core); one thread ran it at 1.45x. Not done when OMP_NUM_THREADS is set."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    idle, threads = idle_cpu_cores(), torch.get_num_threads()
+    fitting = threads if idle is None else max(1, min(threads, math.floor(idle + 0.25)))
+    if fitting < threads:
+        LOGGER.info(f"CPU: {idle:.1f} of {os.cpu_count()} cores idle, running {fitting} of {threads} threads")
+        torch.set_num_threads(fitting)
 
 
 def fp16_is_fast(device: torch.device) -> bool:
