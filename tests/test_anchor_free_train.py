@@ -22,7 +22,7 @@ from utils.train.callbacks import Callback
 from utils.train.loss import ComputeLoss
 from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss, distribution_focal_loss, pad_targets
 from utils.train.options import ANCHOR_FREE_HYP, default_hyp
-from utils.train.setup import build_loss, check_hyp_fits, choose_optimizer
+from utils.train.setup import build_loss, check_hyp_fits, choose_optimizer, freeze_layers
 from utils.train.step import loss_gains
 
 AF_HYP = {"box": 7.5, "cls": 0.5, "dfl": 1.5}
@@ -292,6 +292,17 @@ def test_optimizer_auto_chooses_as_ultralytics_for_anchor_free_and_sgd_for_yolov
     yolov5_hyp = load_hyp("hyp.scratch.yaml")
     assert choose_optimizer("auto", yolov5_hyp, False, 400, 16, 20, 5) == ("SGD", yolov5_hyp)  # YOLOv5 as before
     assert choose_optimizer("AdamW", hyp, True, 400, 16, 20, 5) == ("AdamW", hyp)  # a named one keeps the hyp's lr0
+
+
+def test_freezing_keeps_the_dfl_bins_fixed(yolo11_model, log):
+    model = Model("yolo11n.yaml", nc=5)
+    dfl = model.model[-1].dfl.conv.weight
+    freeze_layers(model, [0])  # nothing listed: every layer trains, but the DFL's fixed bins never do
+    assert not dfl.requires_grad and all(p.requires_grad for n, p in model.named_parameters() if ".dfl." not in n)
+    assert "freeze:" not in log.text  # no line when nothing was frozen
+    freeze_layers(model, [10])
+    assert not dfl.requires_grad and not model.model[9].cv1.conv.weight.requires_grad
+    assert model.model[10].cv1.conv.weight.requires_grad and "layers 0-9 of 0-23 frozen" in log.text
 
 
 def test_autoanchor_skips_anchor_free_models(yolo11_model, log):

@@ -13,6 +13,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import cv2
@@ -32,8 +34,9 @@ pytestmark = [
 RUN = "run"  # exit 0, no traceback
 OFFLINE = "offline"  # needs an official download: exit 0 when online, else one ERROR line about the download
 REFUSED = "refused"  # a webcam or stream host this machine lacks, a finished run: one ERROR line, no traceback
-INTERRUPTED = "interrupted"  # hours of CPU training: Ctrl-C after INTERRUPT_AFTER s must exit 130 cleanly
-INTERRUPT_AFTER = 60.0  # set-up and part of the first epoch
+INTERRUPTED = "interrupted"  # hours of CPU training: a Ctrl-C in its first epoch must exit 130 cleanly
+INTERRUPT_AFTER = 120.0  # seconds: at the latest, if the training never gets to its first epoch
+INTERRUPT_INTO_EPOCH = 3.0  # seconds of the first epoch before the Ctrl-C
 
 # How each README command is checked here; a str that is none of the above is the reason it is not run.
 CHECKS = {
@@ -131,23 +134,49 @@ def sandbox(tmp_path_factory) -> Path:
     return repo
 
 
-def _run(command: str, cwd: Path, interrupt_after: float | None = None, timeout: float = 900) -> tuple[int, str]:
-    """Run a shell command line with `python` meaning this interpreter; return (exit code, output)."""
+def _interrupt_when_training(proc: subprocess.Popen, deadline: float) -> str:
+    """The output of a training command, with a Ctrl-C once its first epoch has started (a few seconds after the
+    trainer's "Starting training" line: set-up done, last.pt written), or at the deadline, whichever comes first."""
+    lines, started = [], threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "Starting training for" in line:
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if started.wait(timeout=deadline):
+        time.sleep(INTERRUPT_INTO_EPOCH)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a user stopping a long run
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    reader.join(timeout=10)
+    return "".join(lines)
+
+
+def _run(command: str, cwd: Path, interrupt: bool = False, timeout: float = 900) -> tuple[int, str]:
+    """Run a shell command line with `python` meaning this interpreter; return (exit code, output). With interrupt,
+    a training command gets a Ctrl-C once its first epoch is under way."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     line = re.sub(r"^python ", f"{sys.executable} ", command)
-    if interrupt_after:
+    if interrupt:
         line = f"exec {line}"  # the command itself gets the Ctrl-C and its exit code, not a shell around it
     proc = subprocess.Popen(line, shell=True, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    if interrupt:
+        out = _interrupt_when_training(proc, INTERRUPT_AFTER)
+        return proc.returncode, out
     try:
-        out, _ = proc.communicate(timeout=interrupt_after or timeout)
+        out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a user stopping a long run
-        try:
-            out, _ = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     return proc.returncode, out
 
 
@@ -160,7 +189,7 @@ def test_readme_command(command, sandbox):
     how = expected(command)
     if how not in (RUN, OFFLINE, REFUSED, INTERRUPTED):
         pytest.skip(how)
-    code, out = _run(command, sandbox, interrupt_after=INTERRUPT_AFTER if how == INTERRUPTED else None)
+    code, out = _run(command, sandbox, interrupt=how == INTERRUPTED)
     assert "Traceback" not in out, out[-3000:]
     assert code < 128 or (how == INTERRUPTED and code == 130), f"exit {code}\n{out[-3000:]}"
     if how == RUN:

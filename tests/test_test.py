@@ -53,6 +53,20 @@ def image_list(tmp_path: Path, shared: Path, n: int) -> Path:
     return path
 
 
+def _pycocotools_ap(ann_json: Path, results: list[dict]) -> tuple[float, float]:
+    """pycocotools' AP and AP50 of detections in COCO's results format."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    gt = COCO(str(ann_json))
+    ev = COCOeval(gt, gt.loadRes(results), "bbox")
+    ev.params.imgIds = sorted({d["image_id"] for d in results} | set(gt.getImgIds()))
+    ev.evaluate()
+    ev.accumulate()
+    ev.summarize()
+    return float(ev.stats[0]), float(ev.stats[1])
+
+
 @pytest.mark.slow
 def test_coco128_640_against_the_official_json(tmp_path, shared):
     """The acceptance run: reference settings (640, batch 16), --save-json, plots on."""
@@ -80,6 +94,14 @@ def test_coco128_640_against_the_official_json(tmp_path, shared):
     assert 0.5 < mp < 0.7 and 0.4 < mr < 0.6  # YOLOv5's own P 0.586, R 0.508
     assert result.fitness == 0.1 * map50 + 0.9 * map_
     np.testing.assert_array_equal(result.pycocotools, results["pycocotools"]["stats"])
+    # pycocotools scores our predictions as it scores the official YOLOv5 predictions of the same images
+    ann_json = shared / "datasets" / "coco128" / "annotations" / "instances_train2017.json"
+    official = json.loads((shared / "reference" / "coco128_yolov5n_640_predictions.json").read_text())
+    coco_ids = sorted(c["id"] for c in json.loads(ann_json.read_text())["categories"])  # class index -> COCO id
+    official = [{**d, "category_id": coco_ids[d["category_id"]]} for d in official]
+    ref_ap, ref_ap50 = _pycocotools_ap(ann_json, official)
+    assert abs(m["mAP50-95"] - ref_ap) <= 5e-4 and abs(m["mAP50"] - ref_ap50) <= 5e-4, (m, ref_ap, ref_ap50)
+
     assert losses == [0.0, 0.0, 0.0] and maps.shape == (80,) and len(speed) == 3 and all(t > 0 for t in speed)
     assert set(results["speed_ms"]) == {"preprocess", "inference", "nms"}
     assert results["per_class"]["person"]["instances"] > 200

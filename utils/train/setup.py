@@ -143,8 +143,11 @@ def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
     prefixes = [f"model.{x}." for x in indices]
     frozen = 0
     for name, p in model.named_parameters():
-        p.requires_grad = not any(name.startswith(x) for x in prefixes)
-        frozen += not p.requires_grad
+        listed = any(name.startswith(x) for x in prefixes)
+        # A parameter the model holds fixed (the DFL's bin values 0..15) stays fixed: it gets no gradient, which
+        # DistributedDataParallel would refuse as an unused parameter.
+        p.requires_grad = p.requires_grad and not listed
+        frozen += listed
     if not any(p.requires_grad for p in model.parameters()):
         raise TrainError(
             f"--freeze {' '.join(map(str, freeze))} freezes every layer of the {n_layers}-layer model: "
