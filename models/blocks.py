@@ -269,4 +269,7 @@ class DFL(nn.Module):
         """(B, 4 * bins, N) logits -> (B, 4, N) distances."""
         b, _, n = x.shape
         probabilities = x.reshape(b, 4, self.bins, n).transpose(1, 2).softmax(1)  # (B, bins, 4, N)
-        return self.conv(probabilities).reshape(b, 4, n)
+        # In the input's dtype: a bfloat16 model decodes its boxes in float32 (AnchorFreeDetect.decode), and the bins
+        # 0..15 are exact in every float type.
+        weight = self.conv.weight.to(probabilities.dtype)
+        return nn.functional.conv2d(probabilities, weight).reshape(b, 4, n)

@@ -5,6 +5,7 @@ The reference files (../shared/reference/ultralytics) are random-initialised mod
 released checkpoints, with the package's own outputs on a fixed input.
 """
 
+import copy
 import socket
 import zipfile
 from pathlib import Path
@@ -274,3 +275,14 @@ def test_official_anchor_free_names_download_from_their_release(tmp_path):
         downloads.attempt_download_weights("yolo11n.pt", tmp_path, base_url=closed, timeout=5)
     assert "yolo11n.pt" in str(err.value) and "\n" not in str(err.value)
     assert not list(tmp_path.iterdir())  # no partial file left behind
+
+
+def test_a_bfloat16_model_decodes_its_boxes_in_float32():
+    torch.manual_seed(0)
+    model = Model("yolo11n.yaml").eval()
+    x = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        ref = model(x)[0]
+        low = copy.deepcopy(model).to(torch.bfloat16)(x.to(torch.bfloat16))[0]  # the DFL's bins follow the input
+    assert low.dtype == torch.float32 and low.shape == ref.shape
+    assert (low[..., :4] - ref[..., :4]).abs().max() < 2.0 and (low[..., 5:] - ref[..., 5:]).abs().max() < 0.05
