@@ -5,6 +5,12 @@ AutoAnchor, and train.py end to end with --cfg yolo11n.yaml (AMP, FP16 checkpoin
 import argparse
 import csv
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +31,7 @@ from utils.train.options import ANCHOR_FREE_HYP, default_hyp
 from utils.train.setup import build_loss, check_hyp_fits, choose_optimizer, freeze_layers
 from utils.train.step import loss_gains
 
+REPO = Path(__file__).resolve().parents[1]
 AF_HYP = {"box": 7.5, "cls": 0.5, "dfl": 1.5}
 FAST = ["--cfg", "yolo11n.yaml", "--img", "64", "--batch-size", "8", "--workers", "0", "--noplots"]
 
@@ -375,6 +382,31 @@ def test_default_hyp_recorded_and_resume_after_interrupt(shapes_yaml, tmp_path, 
     assert _train("--resume", "--project", tmp_path) == 0
     assert "at epoch 1" in log.text
     assert torch.load(tmp_path / "exp" / "weights" / "last.pt", weights_only=True)["epoch"] == 1
+
+
+@pytest.mark.slow
+def test_yolo11n_resumes_after_sigkill(shapes_yaml, tmp_path, log):
+    """A train.py killed outright (SIGKILL: no handler runs) after its first epoch resumes from its last.pt."""
+    run = tmp_path / "kill"
+    cmd = [sys.executable, str(REPO / "train.py"), "--data", str(shapes_yaml), *FAST, "--epochs", "6"]
+    proc = subprocess.Popen([*cmd, "--project", str(tmp_path), "--name", "kill"], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 300
+    while not ((run / "results.csv").is_file() and len((run / "results.csv").read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.time() < deadline, "the run ended before its first epoch was listed"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its loader workers
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    killed_at = torch.load(run / "weights" / "last.pt", map_location="cpu", weights_only=True)["epoch"]
+    # a whole checkpoint (written atomically): of an epoch before the last, or of the start (-1) when the kill came
+    # between epoch 0's results.csv row and its checkpoint
+    assert -1 <= killed_at < 5
+    assert _train("--resume", run / "weights" / "last.pt") == 0
+    assert f"at epoch {killed_at + 1}" in log.text
+    with open(run / "results.csv", newline="") as f:
+        assert [int(r["epoch"]) for r in csv.DictReader(f)] == list(range(6))  # each epoch listed once
+    ckpt = torch.load(run / "weights" / "last.pt", map_location="cpu", weights_only=True)
+    assert ckpt["epoch"] == 5 and all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point())
 
 
 @pytest.mark.slow
