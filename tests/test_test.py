@@ -11,7 +11,7 @@ import pytest
 
 from models import Model
 from models.checkpoint import checkpoint_dict, save_checkpoint
-from utils.eval.coco_io import COCO80_NAMES
+from utils.eval.coco_io import COCO80_NAMES, pycocotools_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package
@@ -53,20 +53,6 @@ def image_list(tmp_path: Path, shared: Path, n: int) -> Path:
     return path
 
 
-def _pycocotools_ap(ann_json: Path, results: list[dict]) -> tuple[float, float]:
-    """pycocotools' AP and AP50 of detections in COCO's results format."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    gt = COCO(str(ann_json))
-    ev = COCOeval(gt, gt.loadRes(results), "bbox")
-    ev.params.imgIds = sorted({d["image_id"] for d in results} | set(gt.getImgIds()))
-    ev.evaluate()
-    ev.accumulate()
-    ev.summarize()
-    return float(ev.stats[0]), float(ev.stats[1])
-
-
 @pytest.mark.slow
 def test_coco128_640_against_the_official_json(tmp_path, shared):
     """The acceptance run: reference settings (640, batch 16), --save-json, plots on."""
@@ -99,7 +85,7 @@ def test_coco128_640_against_the_official_json(tmp_path, shared):
     official = json.loads((shared / "reference" / "coco128_yolov5n_640_predictions.json").read_text())
     coco_ids = sorted(c["id"] for c in json.loads(ann_json.read_text())["categories"])  # class index -> COCO id
     official = [{**d, "category_id": coco_ids[d["category_id"]]} for d in official]
-    ref_ap, ref_ap50 = _pycocotools_ap(ann_json, official)
+    ref_ap, ref_ap50 = pycocotools_stats(ann_json, official)[:2]
     assert abs(m["mAP50-95"] - ref_ap) <= 5e-4 and abs(m["mAP50"] - ref_ap50) <= 5e-4, (m, ref_ap, ref_ap50)
 
     assert losses == [0.0, 0.0, 0.0] and maps.shape == (80,) and len(speed) == 3 and all(t > 0 for t in speed)
