@@ -46,6 +46,7 @@ def test_anchor_free_results_name_their_loss_items(tmp_path):
     assert header[1:4] == ["train/box_loss", "train/cls_loss", "train/dfl_loss"] and "train/obj_loss" not in header
     assert named["train/cls_loss"] == "0.2" and named["val/dfl_loss"] == "0.03"  # the items in the loss's order
     assert RESULT_COLUMNS == result_columns(ComputeLoss.LOSS_NAMES)  # YOLOv5's header is unchanged: box, obj, cls
+    assert RESULT_COLUMNS[1:4] == ["train/box_loss", "train/obj_loss", "train/cls_loss"]
 
 
 def test_results_csv_writes_rows_and_drops_redone_epochs_on_resume(tmp_path):

@@ -20,9 +20,10 @@ from tqdm import tqdm
 from utils.eval.validate import ValidationResult
 from utils.log import LOGGER, PROGRESS_BAR
 from utils.plots import save_batch_plot
+from utils.train.loss import ComputeLoss
 from utils.train.tensorboard_logger import TensorBoardRun, open_tensorboard
 
-YOLOV5_LOSS_NAMES = ("box", "obj", "cls")  # a loss class names its three items in LOSS_NAMES
+YOLOV5_LOSS_NAMES = ComputeLoss.LOSS_NAMES  # the default; each loss class names its items in LOSS_NAMES
 METRIC_NAMES = ("metrics/precision", "metrics/recall", "metrics/mAP50", "metrics/mAP50-95")
 
 
