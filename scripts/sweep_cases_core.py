@@ -73,42 +73,16 @@ def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
 def detect_weights_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:
     """detect.py with broken, hostile or mismatched weights."""
     out, bus = tmp / "runs_detect", str(IMAGES / "bus.jpg")
+
+    def detect(*weights: Path) -> list[str]:
+        return ["detect.py", "--weights", *map(str, weights), "--source", bus, "--project", str(out)]
+
     return [
-        Case(
-            "detect random-bytes weights",
-            ["detect.py", "--weights", str(ckpt["random"]), "--source", bus, "--project", str(out)],
-            "error",
-        ),
-        Case(
-            "detect pickle that runs code",
-            ["detect.py", "--weights", str(ckpt["pickle_exec"]), "--source", bus, "--project", str(out)],
-            "error",
-            _no_file(tmp / "PWNED"),
-        ),
-        Case(
-            "detect names shorter than nc",
-            ["detect.py", "--weights", str(ckpt["short_names"]), "--source", bus, "--project", str(out)],
-            "error",
-        ),
-        Case(
-            "detect NaN weights",
-            ["detect.py", "--weights", str(ckpt["nan"]), "--source", bus, "--project", str(out)],
-            "error",
-        ),
-        Case(
-            "detect ensemble of different class lists",
-            [
-                "detect.py",
-                "--weights",
-                str(WEIGHTS),
-                str(ckpt["three_classes"]),
-                "--source",
-                bus,
-                "--project",
-                str(out),
-            ],
-            "error",
-        ),
+        Case("detect random-bytes weights", detect(ckpt["random"]), "error"),
+        Case("detect pickle that runs code", detect(ckpt["pickle_exec"]), "error", _no_file(tmp / "PWNED")),
+        Case("detect names shorter than nc", detect(ckpt["short_names"]), "error"),
+        Case("detect NaN weights", detect(ckpt["nan"]), "error"),
+        Case("detect ensemble of different class lists", detect(WEIGHTS, ckpt["three_classes"]), "error"),
     ]
 
 
