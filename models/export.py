@@ -221,7 +221,7 @@ def float_onnx(job: ExportJob) -> Path:
 
 
 def export_onnx(job: ExportJob, path: Path) -> Path:
-    """The ONNX export into path: float, or with --int8 the float graph quantized by ONNX Runtime (QDQ)."""
+    """The ONNX export into path: float, or with --int8 the float graph quantized to QDQ (NNCF or ONNX Runtime)."""
     if not job.options.int8:
         return export_float_onnx(job, path)
     quantize.quantize_onnx(float_onnx(job), path, job.calibration, job.options.onnx_quantizer)

@@ -21,7 +21,7 @@ from int8_helpers import NEEDS, data_yaml, needs, run
 import detect
 import export
 from models.backends import load_backend
-from models.quantize import CalibrationImages, calibration_files, float_nodes, onnx_float_nodes
+from models.quantize import NNCF_ONNX_SPEED, CalibrationImages, calibration_files, float_nodes, onnx_float_nodes
 from utils.boxes import non_max_suppression
 from utils.data.augment import letterbox
 from utils.images import read_image_checked
@@ -38,8 +38,23 @@ def int8_exports(tmp_path_factory, shared) -> Path:
         pytest.skip("neither openvino+nncf nor onnx+onnxruntime is installed")
     weights = folder / "yolov5n.pt"
     run("export.py", "--weights", weights, "--include", *formats, "--img", 128)
-    run("export.py", "--weights", weights, "--include", *formats, "--img", 128, "--int8", "--data", data)
+    output = run("export.py", "--weights", weights, "--include", *formats, "--img", 128, "--int8", "--data", data)
+    (folder / "int8_export.log").write_text(output)
     return folder
+
+
+def onnx_runtime_ops(path: Path, tmp_path: Path) -> dict[str, int]:
+    """How many nodes of each op type ONNX Runtime's CPU provider runs for the ONNX model at path (its optimized
+    graph, after the QDQ fusions that turn DequantizeLinear -> Conv -> QuantizeLinear into QLinearConv)."""
+    import onnx
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 3  # it warns that the saved graph is specific to this CPU: that is the point here
+    onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    nodes = onnx.load(options.optimized_model_filepath).graph.node
+    return {op: sum(n.op_type == op for n in nodes) for op in {n.op_type for n in nodes}}
 
 
 def _bus(shared: Path) -> torch.Tensor:
@@ -208,3 +223,13 @@ def test_onnxruntime_quantizer_writes_a_qdq_model_that_runs(tmp_path, shared):
     backend = load_backend(path)
     assert backend.precision == "int8" and backend.calibration_images == 4
     assert non_max_suppression(backend(_bus(shared))[0], 0.25, 0.45)[0].shape[1] == 6
+    ops = onnx_runtime_ops(path, tmp_path)  # its convolutions' outputs are quantized: ONNX Runtime runs them in int8
+    assert ops.get("QLinearConv", 0) > 40 and ops.get("Conv", 0) < 10, ops
+
+
+def test_onnx_int8_by_nncf_says_onnx_runtime_runs_its_convolutions_in_float(int8_exports, tmp_path):
+    needs("onnx")
+    needs("openvino")  # NNCF, the default ONNX quantizer
+    ops = onnx_runtime_ops(int8_exports / "yolov5n_int8.onnx", tmp_path)
+    assert ops.get("QLinearConv", 0) == 0 and ops["Conv"] > 40, ops  # what the export's note says
+    assert NNCF_ONNX_SPEED in (int8_exports / "int8_export.log").read_text()

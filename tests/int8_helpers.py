@@ -36,8 +36,10 @@ def data_yaml(folder: Path, shared: Path, images: int | None = None, ann: bool =
     return path
 
 
-def run(script: str, *args) -> None:
-    """A command line in a process of its own: NNCF calibrations run in the pytest process left it to crash later
-    (a segmentation fault in the full suite, while this file alone passed), so every calibration here runs apart."""
+def run(script: str, *args) -> str:
+    """A command line in a process of its own, its output returned: NNCF calibrations run in the pytest process left
+    it to crash later (a segmentation fault in the full suite, while this file alone passed), so every calibration
+    here runs apart."""
     done = subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    return done.stdout + done.stderr
