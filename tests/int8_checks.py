@@ -9,6 +9,7 @@ import importlib.util
 import json
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ def int8_exports(tmp_path_factory, shared) -> Path:
     return folder
 
 
-def onnx_runtime_ops(path: Path, tmp_path: Path) -> dict[str, int]:
+def onnx_runtime_ops(path: Path, tmp_path: Path) -> Counter:
     """How many nodes of each op type ONNX Runtime's CPU provider runs for the ONNX model at path (its optimized
     graph, after the QDQ fusions that turn DequantizeLinear -> Conv -> QuantizeLinear into QLinearConv)."""
     import onnx
@@ -54,7 +55,7 @@ def onnx_runtime_ops(path: Path, tmp_path: Path) -> dict[str, int]:
     options.log_severity_level = 3  # it warns that the saved graph is specific to this CPU: that is the point here
     onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     nodes = onnx.load(options.optimized_model_filepath).graph.node
-    return {op: sum(n.op_type == op for n in nodes) for op in {n.op_type for n in nodes}}
+    return Counter(n.op_type for n in nodes)
 
 
 def _bus(shared: Path) -> torch.Tensor:
@@ -224,12 +225,12 @@ def test_onnxruntime_quantizer_writes_a_qdq_model_that_runs(tmp_path, shared):
     assert backend.precision == "int8" and backend.calibration_images == 4
     assert non_max_suppression(backend(_bus(shared))[0], 0.25, 0.45)[0].shape[1] == 6
     ops = onnx_runtime_ops(path, tmp_path)  # its convolutions' outputs are quantized: ONNX Runtime runs them in int8
-    assert ops.get("QLinearConv", 0) > 40 and ops.get("Conv", 0) < 10, ops
+    assert ops["QLinearConv"] > 40 and ops["Conv"] < 10, ops
 
 
 def test_onnx_int8_by_nncf_says_onnx_runtime_runs_its_convolutions_in_float(int8_exports, tmp_path):
     needs("onnx")
     needs("openvino")  # NNCF, the default ONNX quantizer
     ops = onnx_runtime_ops(int8_exports / "yolov5n_int8.onnx", tmp_path)
-    assert ops.get("QLinearConv", 0) == 0 and ops["Conv"] > 40, ops  # what the export's note says
+    assert ops["QLinearConv"] == 0 and ops["Conv"] > 40, ops  # what the export's note says
     assert NNCF_ONNX_SPEED in (int8_exports / "int8_export.log").read_text()
