@@ -102,8 +102,8 @@ def _positive_ints(value, key: str, path, allowed=None, at_most: int = 1 << 30) 
 
 def parse_metadata(raw: dict, path) -> dict:
     """names (list), stride (list of floats), imgsz ((h, w)), batch (int), dynamic and end2end (bools) of an export's
-    metadata,
-    each bounded (flat names of short strings, strides from a small set, sane sizes): BackendError otherwise."""
+    metadata, each bounded (flat names of short strings, strides from a small set, sane sizes): BackendError
+    otherwise."""
     if not isinstance(raw, dict) or len(raw) > MAX_METADATA_KEYS:
         raise BackendError(f"{path}: its metadata is not a mapping of at most {MAX_METADATA_KEYS} keys")
     meta = {key: _decoded(value, str(key), path) for key, value in raw.items()}
