@@ -22,8 +22,8 @@ onnx, onnxruntime, openvino and nncf are optional: pip install -r requirements-e
 import argparse
 import sys
 
-from models.export import FORMATS, ExportOptions, export
-from models.quantize import DEFAULT_CALIBRATION_IMAGES, ONNX_QUANTIZERS
+from models.export.exporter import FORMATS, ExportOptions, export
+from models.export.quantize import DEFAULT_CALIBRATION_IMAGES, ONNX_QUANTIZERS
 from utils.cli import Parser, float_in, int_in, run_cli
 from utils.log import LOGGER
 from utils.torch_utils import select_device

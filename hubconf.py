@@ -2,13 +2,13 @@
 
 The named models (yolov5n ... yolov5x, yolov8n ... yolov8x, yolo11n ... yolo11x, yolo26n ... yolo26x) load the
 official release weights, downloaded into weights/ when online;
-offline, a missing file is a DownloadError with a one-line message. Every entry returns models.detector.Detector.
+offline, a missing file is a DownloadError with a one-line message. Every entry returns models.api.detector.Detector.
 """
 
 from pathlib import Path
 
-from models.detector import Detector
-from models.yolo import Model
+from models.api.detector import Detector
+from models.nn.yolo import Model
 from utils.downloads import attempt_download_weights
 
 dependencies = ["torch", "torchvision", "numpy", "cv2", "yaml", "PIL"]  # module names torch.hub checks

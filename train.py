@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from utils.cli import run_cli
-from utils.data.config import load_hyp
+from utils.data.hyp import load_hyp
 from utils.log import set_logging
 from utils.torch_utils import select_device
 from utils.train.callbacks import Callback

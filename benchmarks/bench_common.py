@@ -18,8 +18,8 @@ def _stats(values: list[float]) -> dict:
 
 def _random_weights(cfg: str, folder: Path) -> Path:
     """A checkpoint of a randomly initialised model: same speed as trained weights, nothing to download."""
-    from models.checkpoint import checkpoint_dict, save_checkpoint
-    from models.yolo import Model
+    from models.nn.yolo import Model
+    from models.weights.checkpoint import checkpoint_dict, save_checkpoint
 
     path = folder / f"{Path(cfg).stem}-random.pt"
     save_checkpoint(checkpoint_dict(Model(cfg).eval()), path)

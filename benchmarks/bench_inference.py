@@ -70,7 +70,7 @@ def cpu_isa_flags() -> str:
 def _exports(weights: Path, folder: Path, data: Path) -> dict[str, Path]:
     """PyTorch weights and their dynamic exports, float32 and int8 (calibrated on data's val images), by backend:
     every backend then gets the same rectangular input."""
-    from models.export import ExportOptions, export
+    from models.export.exporter import ExportOptions, export
 
     folder.mkdir(parents=True, exist_ok=True)
     local = folder / weights.name

@@ -46,8 +46,8 @@ def bench_train_epoch(data: Path, weights: Path, device: str, tmp: Path) -> dict
 
 def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp_dtype: torch.dtype | None = None):
     """train.py's model layout, optimizer groups, loss gains, EMA and GradScaler for the real training step."""
-    from models.yolo import Model
-    from utils.data.config import load_hyp
+    from models.nn.yolo import Model
+    from utils.data.hyp import load_hyp
     from utils.torch_utils import ModelEMA
     from utils.train.loss import ComputeLoss
     from utils.train.setup import smart_optimizer
@@ -155,7 +155,7 @@ def _cuda_median_seconds(step, device: torch.device, steps: int, warmup: int = 3
 
 def bench_cuda(device: str, steps: int) -> dict:
     """yolov5s at 640: AMP vs float32 training (batch 64) and FP16 vs float32 inference (batch 32)."""
-    from models.yolo import Model
+    from models.nn.yolo import Model
     from utils.train.step import train_step
 
     dev = select_device(device)

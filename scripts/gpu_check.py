@@ -25,9 +25,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.optim import lr_scheduler  # noqa: E402
 
-from models.checkpoint import checkpoint_dict, load_model, save_checkpoint  # noqa: E402
-from models.yolo import Model  # noqa: E402
-from utils.data.config import load_data_config, load_hyp  # noqa: E402
+from models.nn.yolo import Model  # noqa: E402
+from models.weights.checkpoint import checkpoint_dict, load_model, save_checkpoint  # noqa: E402
+from utils.data.config import load_data_config  # noqa: E402
+from utils.data.hyp import load_hyp  # noqa: E402
 from utils.data.loader import create_dataloader  # noqa: E402
 from utils.data.shapes import generate_shapes, write_data_yaml  # noqa: E402
 from utils.eval.validate_weights import run as validate_weights  # noqa: E402

@@ -24,7 +24,7 @@ from sweep_common import (
     _write_yaml,
 )
 
-from models.checkpoint import load_checkpoint
+from models.weights.checkpoint import load_checkpoint
 
 
 def detect_cases(tmp: Path, ckpt: dict[str, Path]) -> list[Case]:

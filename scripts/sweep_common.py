@@ -22,8 +22,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.checkpoint import checkpoint_dict, load_checkpoint, save_checkpoint  # noqa: E402
-from models.yolo import Model  # noqa: E402
+from models.nn.yolo import Model  # noqa: E402
+from models.weights.checkpoint import checkpoint_dict, load_checkpoint, save_checkpoint  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 

@@ -22,7 +22,7 @@ import yaml
 from PIL import Image
 from sweep_common import IMAGES, WEIGHTS, Case, Sweep, _copy_dataset, _data_yaml
 
-from models.checkpoint import load_checkpoint
+from models.weights.checkpoint import load_checkpoint
 from utils.data.shapes import generate_shapes, write_data_yaml
 
 BUS, ZIDANE = IMAGES / "bus.jpg", IMAGES / "zidane.jpg"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.yolo import Model
+from models.nn.yolo import Model
 from utils.data.shapes import generate_shapes, write_data_yaml
 from utils.log import LOGGER
 

@@ -30,7 +30,7 @@ from utils.data.cache import (
     image_cache_dirs,
     label_cache_paths,
 )
-from utils.data.config import load_hyp
+from utils.data.hyp import load_hyp
 from utils.data.verify import img2label_paths, list_image_files, verify_image_label
 from utils.errors import DatasetError
 from utils.files import DATA_DIR

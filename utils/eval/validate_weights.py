@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from models.backends import load_exported
-from models.ensemble import load_models
-from models.export_metadata import is_backend_path
-from models.tta import TTAModel
+from models.api.ensemble import load_models
+from models.api.tta import TTAModel
+from models.export.backends import load_exported
+from models.export.metadata import is_backend_path
 from utils.data.augment import check_img_size
 from utils.data.config import load_data_config
 from utils.data.loader import create_dataloader
@@ -67,7 +67,7 @@ def run(
 ) -> ValidationResult:
     """Validate weights on a split of data (a data YAML path or load_data_config's dict), as test.py does.
 
-    Several weights files are validated as one ensemble; augment adds test-time augmentation (models/tta.py).
+    Several weights files are validated as one ensemble; augment adds test-time augmentation (models/api/tta.py).
     Writes results.json (and, as asked, plots, labels/, predictions.json) into project/name. Raises
     DatasetError, CheckpointError, DownloadError, DeviceError, MetricsError or TestError, each one line.
     """

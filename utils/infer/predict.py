@@ -1,8 +1,8 @@
 """The Predictor: source -> letterbox -> model -> NMS -> one result per image or frame, with honest timings.
 
-detect.py is a command line over it and models.detector.Detector (the Python API) calls the same predict(), so the
+detect.py is a command line over it and models.api.detector.Detector (the Python API) calls the same predict(), so the
 two cannot drift apart; any model that maps a (1, 3, H, W) tensor to raw predictions can be the backend. Loading
-weights is models.detector.load_detector's concern, so this module imports nothing from models.
+weights is models.api.detector.load_detector's concern, so this module imports nothing from models.
 Outputs (files, windows) are utils.infer.outputs' concern, not this module's.
 """
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models.checkpoint import load_checkpoint, save_checkpoint
+from models.weights.checkpoint import load_checkpoint, save_checkpoint
 from utils.errors import TrainError
 from utils.log import LOGGER
 

@@ -6,7 +6,7 @@ records both in opt.yaml and in the checkpoints, which --resume reads back."""
 import argparse
 from dataclasses import asdict, dataclass, field, fields
 
-from utils.data.config import load_hyp
+from utils.data.hyp import load_hyp
 from utils.files import DATA_DIR, REPO_ROOT
 
 DEFAULT_HYP = DATA_DIR / "hyp.scratch.yaml"  # YOLOv5's hyp.scratch-low values, from weights and from scratch alike

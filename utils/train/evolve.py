@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import yaml
 
-from utils.data.config import HYP_OPTIONAL, is_anchor_free_hyp, required_hyp_keys
+from utils.data.hyp import HYP_OPTIONAL, is_anchor_free_hyp, required_hyp_keys
 from utils.errors import EvolveError, RunFolderError, TrainError
 from utils.eval.metrics import fitness_score
 from utils.files import REPO_ROOT, RUN_MARKER, is_run_dir

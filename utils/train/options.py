@@ -6,8 +6,8 @@ import math
 import re
 from pathlib import Path
 
-from models.checkpoint import load_checkpoint
-from models.config import is_anchor_free, load_cfg
+from models.nn.config import is_anchor_free, load_cfg
+from models.weights.checkpoint import load_checkpoint
 from utils import downloads
 from utils.cli import Parser, float_in, int_in
 from utils.errors import TrainError, YoloError

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint import load_checkpoint
-from utils.data.config import required_hyp_keys
+from models.weights.checkpoint import load_checkpoint
+from utils.data.hyp import required_hyp_keys
 from utils.errors import TrainError, YoloError
 from utils.files import RUN_MARKER, is_run_dir
 from utils.log import LOGGER

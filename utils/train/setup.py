@@ -9,10 +9,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from models.checkpoint import load_checkpoint
-from models.yolo import Model
-from utils.data.config import is_anchor_free_hyp, load_data_config
+from models.nn.yolo import Model
+from models.weights.checkpoint import load_checkpoint
+from utils.data.config import load_data_config
 from utils.data.dataset import LoadImagesAndLabels
+from utils.data.hyp import is_anchor_free_hyp
 from utils.data.loader import create_dataloader
 from utils.downloads import attempt_download_weights
 from utils.errors import DownloadError, TrainError

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from utils.data.config import is_anchor_free_hyp
+from utils.data.hyp import is_anchor_free_hyp
 from utils.log import LOGGER
 from utils.torch_utils import ModelEMA, cpu_supports_bf16, de_parallel
 

@@ -18,7 +18,7 @@ import yaml
 from torch import nn
 from torch.optim import lr_scheduler
 
-from models.checkpoint import checkpoint_dict, fp16_state_dict, load_model
+from models.weights.checkpoint import checkpoint_dict, fp16_state_dict, load_model
 from utils.data.augment import check_img_size, letterbox
 from utils.data.dataset import LoadImagesAndLabels
 from utils.eval.validate import ValidationOptions, ValidationResult, evaluate

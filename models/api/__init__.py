@@ -1,0 +1,1 @@
+"""The Python API: Detector, its Results, ensembles and test-time augmentation."""

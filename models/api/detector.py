@@ -1,0 +1,185 @@
+"""The Python API: Detector(weights)(images) -> one Results per image, through detect.py's own Predictor.
+
+load_detector() is the one place weights become an inference model (download, ensemble, test-time augmentation,
+precision policy); detect.py and the Detector both call it, and both run utils.infer.predict.Predictor.predict, so the
+boxes of the two cannot drift apart. Inputs are processed one by one (each letterboxed to its own shape, as
+detect.py does), not stacked into one batch.
+"""
+
+import contextlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from models.api.ensemble import load_models
+from models.api.results import Results
+from models.api.tta import TTAModel
+from models.export.backends import load_exported
+from models.export.metadata import is_backend_path
+from utils.downloads import attempt_download_weights, cached_download, is_url
+from utils.errors import DetectorError
+from utils.images import read_image_checked, to_bgr_uint8
+from utils.infer.predict import Precision, PredictOptions, Predictor, check_options
+from utils.infer.sources import not_regular, prepare, too_thin
+from utils.log import LOGGER
+from utils.torch_utils import prepare_for_inference, select_device
+
+Weights = str | Path | list[str | Path] | tuple[str | Path, ...] | nn.Module
+
+
+def load_detector(
+    weights: Weights, device: torch.device, half: bool | None = None, bf16: bool = False, augment: bool = False
+) -> tuple[nn.Module, Precision]:
+    """(model, Precision) for inference: one weights file, several (an Ensemble) or a built model; TTA on augment."""
+    if isinstance(weights, nn.Module):
+        model, label = weights.to(device).eval(), type(weights).__name__
+    else:
+        paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
+        if any(is_backend_path(p) for p in paths):
+            return load_exported(paths, device, half, bf16, augment), Precision()
+        paths = [attempt_download_weights(p) for p in paths]  # bare names from weights/, official ones downloaded
+        model, label = load_models(paths, device, fuse=True), " + ".join(map(str, paths))
+    if augment:
+        model = TTAModel(model)
+    model, half, autocast, channels_last = prepare_for_inference(model, device, half, bf16)
+    dtype = "float16" if half else "float32" if isinstance(autocast, contextlib.nullcontext) else "bfloat16 autocast"
+    parameters = sum(p.numel() for p in model.parameters())
+    tta = ", test-time augmentation" if augment else ""
+    LOGGER.info("Model %s: %d parameters, %d classes, %s %s%s", label, parameters, len(model.names), device, dtype, tta)
+    return model, Precision(half, autocast, channels_last)
+
+
+def _read_path(source: str | Path) -> np.ndarray:
+    """The BGR image of a file path or an http(s) URL (downloaded to the temp folder, as detect.py does)."""
+    source = str(source)
+    if is_url(source):
+        source = str(cached_download(source))
+    # A device or FIFO is refused before it is opened: /dev/zero would be read until memory runs out.
+    reason = not_regular(source)
+    image, reason = read_image_checked(source) if not reason else (None, reason)
+    if image is None:
+        raise DetectorError(f"cannot read image {source}: {reason}")
+    return image
+
+
+def _from_array(array: np.ndarray, rgb: bool) -> np.ndarray:
+    """A (H, W, 3) uint8 array as a contiguous BGR image."""
+    if array.dtype != np.uint8:
+        raise DetectorError(f"image arrays must be uint8 (H, W, 3), got dtype {array.dtype}")
+    if array.ndim != 3 or array.shape[2] != 3 or 0 in array.shape:
+        raise DetectorError(f"image arrays must have shape (H, W, 3), got {tuple(array.shape)}")
+    return np.ascontiguousarray(array[..., ::-1] if rgb else array)
+
+
+PIL_WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")  # 16- and 32-bit grey: convert("RGB") would clip
+
+
+def _from_pil(image: Image.Image) -> np.ndarray:
+    """A PIL image as BGR uint8. 16-bit and 32-bit integer modes are scaled from 0-65535 to 0-255, float ones
+    as float image files are (values in [0, 1] times 255), so a PIL image gives the pixels its file gives."""
+    if image.mode not in PIL_WIDE_MODES:
+        return _from_array(np.asarray(image.convert("RGB")), True)
+    array = np.asarray(image)
+    if image.mode != "F":  # 'I' holds 16-bit PNGs opened by older Pillows
+        array = array.clip(0, 65535).astype(np.uint16)  # native byte order, whatever the mode's
+    if 0 in array.shape:
+        raise DetectorError(f"image has no pixels: {image.size[0]}x{image.size[1]}")
+    return to_bgr_uint8(array)
+
+
+def _from_tensor(tensor: torch.Tensor) -> list[np.ndarray]:
+    """BGR uint8 images of a (3, H, W) or (B, 3, H, W) RGB tensor, uint8 or float in [0, 1]."""
+    batch = tensor[None] if tensor.ndim == 3 else tensor
+    if batch.ndim != 4 or batch.shape[1] != 3 or 0 in batch.shape:
+        raise DetectorError(f"image tensors must have shape (3, H, W) or (B, 3, H, W), got {tuple(tensor.shape)}")
+    batch = batch.detach().cpu()
+    if batch.is_floating_point():
+        if batch.min() < 0 or batch.max() > 1:
+            raise DetectorError("float image tensors must hold values in [0, 1]")
+        batch = (batch.float() * 255).round().to(torch.uint8)  # undoes detect.py's /255 exactly for 8-bit images
+    elif batch.dtype != torch.uint8:
+        raise DetectorError(f"image tensors must be uint8 or float in [0, 1], got {batch.dtype}")
+    return [np.ascontiguousarray(im.permute(1, 2, 0).numpy()[..., ::-1]) for im in batch]
+
+
+def to_images(inputs, rgb: bool = False) -> list[tuple[str, np.ndarray]]:
+    """(name, BGR uint8 image) per input: paths, URLs, arrays, PIL images, tensors, or a list of them."""
+    items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if not items:
+        raise DetectorError("no inputs: give an image, a path, or a non-empty list of them")
+    images = []
+    for item in items:
+        name = f"image{len(images)}"
+        if isinstance(item, (str, Path)):
+            images.append((str(item), _read_path(item)))
+        elif isinstance(item, np.ndarray):
+            images.append((name, _from_array(item, rgb)))
+        elif isinstance(item, Image.Image):
+            images.append((getattr(item, "filename", "") or name, _from_pil(item)))
+        elif isinstance(item, torch.Tensor):
+            images.extend((f"image{len(images) + i}", im) for i, im in enumerate(_from_tensor(item)))
+        else:
+            kinds = "a path, URL, numpy array, PIL image or torch tensor"
+            raise DetectorError(f"cannot detect on a {type(item).__name__}: give {kinds}")
+    return images
+
+
+class Detector:
+    """A detector for Python code: `Detector('yolov5n.pt')(['bus.jpg', frame])` -> [Results, Results].
+
+    weights is a .pt file (official names are downloaded into weights/), a list of them (an ensemble, predictions
+    merged before NMS) or a built model. The thresholds, classes, max_det and img_size mean what detect.py's flags
+    of the same names mean; half=None applies detect.py's precision policy; augment=True runs test-time
+    augmentation. Calling it runs detect.py's Predictor on each input, so the boxes are detect.py's boxes.
+    """
+
+    def __init__(
+        self,
+        weights: Weights,
+        device: str = "",
+        conf_thres: float = 0.25,
+        iou_thres: float = 0.45,
+        classes: list[int] | None = None,
+        agnostic: bool = False,
+        max_det: int = 1000,
+        img_size: int | tuple[int, int] = 640,
+        half: bool | None = None,
+        augment: bool = False,
+    ):
+        check_options(imgsz=img_size, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, classes=classes)
+        self.device = select_device(device)
+        self.model, precision = load_detector(weights, self.device, half, augment=augment)
+        options = PredictOptions(img_size, conf_thres, iou_thres, classes, agnostic, max_det)
+        self.predictor = Predictor(self.model, self.device, options, precision)
+        self.names = self.predictor.names
+
+    def __call__(self, inputs, rgb: bool = False) -> list[Results]:
+        """One Results per image of inputs (a path, URL, BGR array, RGB array with rgb=True, PIL image, tensor, or a
+        list of them; a (B, 3, H, W) tensor counts as B images). Raises DetectorError on an input it cannot use."""
+        results = []
+        for name, image in to_images(inputs, rgb):
+            boxes, _, _ = self.predictor.predict(self._letterbox(name, image), image)
+            results.append(Results(torch.from_numpy(boxes), self.names, image.shape[:2], image, name))
+        return results
+
+    def _letterbox(self, name: str, image: np.ndarray) -> np.ndarray:
+        """The letterboxed CHW RGB input of one image; DetectorError when it is too thin to resize."""
+        size = self.predictor.img_size
+        thin = too_thin(image.shape, size, option="img_size")
+        if not thin:
+            try:
+                return prepare(image, size, self.predictor.stride, auto=self.predictor.auto)
+            except cv2.error as e:  # any other shape OpenCV cannot resize: one line, not its multi-line trace
+                thin = f"cannot letterbox {image.shape[0]}x{image.shape[1]} pixels: {str(e).strip().splitlines()[-1]}"
+        raise DetectorError(f"{name}: {thin}")
+
+    def __repr__(self) -> str:
+        o = self.predictor.options
+        return (
+            f"Detector({type(self.model).__name__}, {len(self.names)} classes, img_size={self.predictor.img_size}, "
+            f"conf_thres={o.conf_thres}, iou_thres={o.iou_thres}, device={self.device})"
+        )

@@ -1,0 +1,72 @@
+"""Model ensembles: several weights files run on the same input, their predictions merged before NMS.
+
+load_models() is the one loader for `--weights a.pt [b.pt ...]`: one file gives the plain Model, several an Ensemble.
+"""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from models.nn.head import set_end2end
+from models.weights.checkpoint import load_model
+from utils.errors import CheckpointError
+
+
+class Ensemble(nn.Module):
+    """Several models with the same classes; forward(x) -> (their predictions concatenated along the boxes, None).
+
+    NMS over the concatenation merges the members' boxes, as YOLOv5's ensembles do.
+    """
+
+    def __init__(self, models: list[nn.Module]):
+        super().__init__()
+        if len(models) < 2:
+            raise ValueError(f"an Ensemble needs at least two models, got {len(models)}")
+        for model in models:  # members are merged before NMS: end-to-end heads give their NMS predictions
+            set_end2end(model, False)
+        self.models = nn.ModuleList(models)
+        self.names = list(models[0].names)
+
+    @property
+    def stride(self) -> torch.Tensor:
+        """The largest member's strides, so inputs padded to them fit every member."""
+        return max((m.stride for m in self.models), key=lambda s: float(s.max()))
+
+    @property
+    def pixel_boxes(self) -> bool:
+        """Whether boxes are rounded to whole pixels: as the first member's family does (see Model.pixel_boxes)."""
+        return bool(getattr(self.models[0], "pixel_boxes", True))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        # Members may differ in precision only through autocast; the concatenation takes the first member's dtype.
+        predictions = [model(x)[0] for model in self.models]
+        return torch.cat([p.to(predictions[0].dtype) for p in predictions], 1), None
+
+
+def load_models(
+    weights: str | Path | list[str | Path] | tuple[str | Path, ...], device: str | torch.device = "cpu", fuse=True
+) -> nn.Module:
+    """One weights file -> its Model; several -> an Ensemble of them (official release names are downloaded).
+
+    Raises CheckpointError (one line) for an unreadable file, an empty list, or members whose classes differ.
+    """
+    paths = [weights] if isinstance(weights, (str, Path)) else list(weights)
+    if not paths:
+        raise CheckpointError("no weights given: pass at least one weights file")
+    models = [load_model(p, device, fuse=fuse) for p in paths]  # load_model resolves bare names as detect.py does
+    if len(models) == 1:
+        return models[0]
+    _check_same_classes(models, paths)
+    return Ensemble(models)
+
+
+def _check_same_classes(models: list[nn.Module], paths: list) -> None:
+    """CheckpointError naming the first file whose class list differs from the first file's."""
+    first = list(models[0].names)
+    for model, path in zip(models[1:], paths[1:]):
+        if list(model.names) != first:
+            raise CheckpointError(
+                f"cannot ensemble {paths[0]} ({len(first)} classes) with {path} ({len(model.names)} classes): "
+                f"an ensemble's models must predict the same class list"
+            )

@@ -1,0 +1,211 @@
+"""Exported models as inference backends: TorchScript, ONNX Runtime and OpenVINO behind one interface.
+
+load_backend(path, device) returns a Backend: called on a (B, 3, H, W) float tensor in [0, 1] it returns
+(predictions (B, N, 5 + nc) on the input's device, None), as a PyTorch Model in eval mode does, and it carries
+names, stride, fixed_shape ((h, w) of a static export, None for a dynamic one), batch (a fixed batch or None) and
+kind. The export's own metadata (names, stride, imgsz, batch, dynamic) is all it needs. Backends run in the
+precision they were exported in; ONNX Runtime and OpenVINO use torch's thread count so speeds compare fairly.
+"""
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.export.metadata import (
+    OPENVINO_FOLDER,
+    check_openvino_ir,
+    error_line,
+    is_openvino,
+    onnx_metadata,
+    openvino_metadata,
+    parse_metadata,
+    torchscript_metadata,
+)
+from models.export.runtime import Backend, import_optional
+from utils.downloads import attempt_download_weights
+from utils.errors import BackendError
+from utils.log import LOGGER
+from utils.torch_utils import CHANNELS_LAST_CPU, cpu_supports_bf16
+
+
+class TorchScriptBackend(Backend):
+    """A torch.jit export with its metadata in the extra file config.txt."""
+
+    kind = "TorchScript"
+
+    def __init__(self, path: Path, device: torch.device):
+        super().__init__(path, parse_metadata(torchscript_metadata(path), path), device)  # archive sizes checked
+        try:
+            module = torch.jit.load(str(path), map_location=device)
+        except (MemoryError, torch.OutOfMemoryError):
+            raise
+        except Exception as e:  # torch.jit.Error is not a RuntimeError
+            raise BackendError(f"{path} is not a TorchScript file: {error_line(e)}") from None
+        self.module = module.eval()
+        floats = [p.dtype for p in module.parameters() if p.is_floating_point()]
+        self.dtype = floats[0] if floats else torch.float32
+        # oneDNN's preferred CPU layout, as utils.torch_utils uses for PyTorch models (several times faster here)
+        self.channels_last = device.type == "cpu" and CHANNELS_LAST_CPU
+        if self.channels_last:
+            self.module.to(memory_format=torch.channels_last)
+        if self.fixed_shape:  # the profiling executor optimises after its first runs: pay that here, not per image
+            with torch.inference_mode():  # as the Predictor runs; under no_grad alone it stayed slow for 5+ runs
+                for _ in range(3):
+                    self.checked_run(torch.zeros(self.batch, 3, *self.fixed_shape, device=device))
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.device, self.dtype)
+        out = self.module(x.contiguous(memory_format=torch.channels_last) if self.channels_last else x)
+        return out[0] if isinstance(out, (list, tuple)) else out
+
+
+def _check_outputs(path, shape: list, width: int) -> None:
+    """BackendError unless the graph's one output is (B, N, width) (symbolic dimensions pass)."""
+    last = shape[-1] if shape else None
+    if len(shape) != 3 or (isinstance(last, int) and last != width):
+        raise BackendError(
+            f"{path} is not a YOLO export: its output has shape {list(shape)}, expected (batch, boxes, {width})"
+        )
+
+
+class OnnxBackend(Backend):
+    """An ONNX file run by ONNX Runtime (CUDA when the device is CUDA and the provider exists, else CPU)."""
+
+    kind = "ONNX Runtime"
+    own_threads = True  # runs on its own thread pool: the Predictor then pre-processes in NumPy, not torch
+
+    def __init__(self, path: Path, device: torch.device):
+        ort = import_optional("onnxruntime")
+        super().__init__(path, parse_metadata(onnx_metadata(path), path), device)  # before the graph is loaded
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        providers = ["CPUExecutionProvider"]
+        if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        try:
+            session = ort.InferenceSession(str(path), options, providers=providers)
+        except (MemoryError, torch.OutOfMemoryError):
+            raise
+        except Exception as e:  # onnxruntime raises its own exception types for unreadable graphs
+            raise BackendError(f"{path} is not a readable ONNX model: {error_line(e)}") from None
+        _check_outputs(path, session.get_outputs()[0].shape, self.output_width)
+        self.session, self.input_name = session, session.get_inputs()[0].name
+        self.numpy_dtype = np.float16 if "float16" in session.get_inputs()[0].type else np.float32
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        array = x.detach().cpu().numpy().astype(self.numpy_dtype, copy=False)
+        return torch.from_numpy(self.session.run(None, {self.input_name: array})[0])
+
+
+class OpenVinoBackend(Backend):
+    """An OpenVINO IR folder (model .xml + .bin, metadata.yaml) compiled for the CPU."""
+
+    kind = "OpenVINO"
+    own_threads = True  # runs on its own thread pool: the Predictor then pre-processes in NumPy, not torch
+    last_line = True
+
+    def __init__(self, path: Path, device: torch.device, bf16: bool = False):
+        ov = import_optional("openvino")
+        xmls = sorted(path.glob("*.xml"))
+        if not xmls:
+            raise BackendError(f"{path} holds no OpenVINO .xml model: export it with export.py --include openvino")
+        super().__init__(path, parse_metadata(openvino_metadata(path), path), device)
+        check_openvino_ir(xmls[0])
+        core = ov.Core()
+        model = _openvino_call(core.read_model, xmls[0], "could not be read by OpenVINO", str(xmls[0]))
+        _check_outputs(
+            path, [d.get_length() if d.is_static else None for d in model.output(0).partial_shape], self.output_width
+        )
+        # f32 as exported unless --bf16 asks for bfloat16 (OpenVINO's own default on CPUs with AMX or AVX512-BF16)
+        precision = "bf16" if bf16 and cpu_supports_bf16() else "f32"
+        if bf16 and precision == "f32":
+            LOGGER.warning("WARNING: --bf16 needs a CPU with AVX512-BF16 or AMX; this one has neither, running float32")
+        self.kind = f"OpenVINO ({precision})"
+        config = {"INFERENCE_NUM_THREADS": torch.get_num_threads(), "INFERENCE_PRECISION_HINT": precision}
+        self.compiled = _openvino_call(core.compile_model, xmls[0], "could not be compiled", model, "CPU", config)
+        self.output = self.compiled.output(0)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        array = x.detach().cpu().numpy().astype(np.float32, copy=False)
+        return torch.from_numpy(np.asarray(self.compiled([array])[self.output]))
+
+
+def _openvino_call(function, xml: Path, failed: str, *args):
+    """function(*args), OpenVINO's multi-line RuntimeError (a bad .xml/.bin pair, out of memory) as one line."""
+    try:
+        return function(*args)
+    except (MemoryError, torch.OutOfMemoryError):
+        raise
+    except Exception as e:
+        raise BackendError(f"{xml} {failed}: {error_line(e, last=True)}") from None
+
+
+def _engine(path: Path, device: torch.device) -> Backend:
+    """A TensorRT engine (models/export/tensorrt.py), which needs CUDA and tensorrt: one line when either is missing."""
+    if importlib.util.find_spec("tensorrt") is None:
+        raise BackendError(f"{path}: TensorRT engines need CUDA and the tensorrt package (pip install tensorrt)")
+    if device.type != "cuda":
+        raise BackendError(f"{path}: TensorRT engines need CUDA and tensorrt; pass --device 0")
+    from models.export.tensorrt import TensorRTBackend
+
+    return TensorRTBackend(path, device)
+
+
+def check_exported(paths: list, half: bool | None, bf16: bool, augment: bool) -> None:
+    """BackendError for what exported weights cannot do (ensembles, TTA); a warning for ignored precision flags."""
+    if len(paths) > 1:
+        listed = " ".join(map(str, paths))
+        raise BackendError(f"--weights {listed}: ensembles take .pt weights only, not exported models")
+    if augment:
+        raise BackendError(f"--augment (test-time augmentation) takes .pt weights only, not {paths[0]}")
+    if half or (bf16 and not is_openvino(paths[0])):  # OpenVINO alone can run an f32 export in bfloat16
+        flag = "--half" if half else "--bf16"
+        LOGGER.warning(f"WARNING: {flag} is ignored for {paths[0]}: exported models run in their export precision")
+
+
+def load_exported(
+    paths: list, device: torch.device, half: bool | None = None, bf16: bool = False, augment: bool = False
+) -> Backend:
+    """The one exported model of detect.py, test.py and the Detector: flags checked, a bare name found in weights/
+    (as .pt names are), run as exported (no fusing, half or channels-last), one log line."""
+    check_exported(paths, half, bf16, augment)
+    path = attempt_download_weights(paths[0])
+    backend = load_backend(path, device, bf16)
+    LOGGER.info(f"Model {path}: {describe_backend(backend)}, {device}")
+    return backend
+
+
+def describe_backend(backend: Backend) -> str:
+    """'ONNX Runtime backend, 80 classes, static 1x3x640x640 input (square letterbox)' for the log."""
+    if backend.fixed_shape:
+        h, w = backend.fixed_shape
+        shape = f"static {backend.batch}x3x{h}x{w} input (square letterbox at {h}x{w})"
+    else:
+        shape = "dynamic input (rectangular letterbox)"
+    precision = backend.precision
+    if precision == "int8":
+        precision += f" (calibrated on {backend.calibration_images} images)"
+    return f"{backend.kind} backend, {precision}, {len(backend.names)} classes, {shape}"
+
+
+def load_backend(path: str | Path, device: str | torch.device = "cpu", bf16: bool = False) -> Backend:
+    """The Backend for an exported model, chosen by its suffix; BackendError (one line) when it cannot run.
+
+    bf16 runs an OpenVINO model in bfloat16 on CPUs that support it; other formats run as exported."""
+    path, device = Path(str(path).rstrip("/\\")), torch.device(device)
+    if not path.exists():
+        raise BackendError(f"weights file not found: {path}")
+    if path.name.endswith(OPENVINO_FOLDER):
+        if not path.is_dir():
+            raise BackendError(f"{path} is not an OpenVINO model folder (.xml, .bin and metadata.yaml)")
+        return OpenVinoBackend(path, device, bf16)
+    if path.suffix == ".torchscript":
+        return TorchScriptBackend(path, device)
+    if path.suffix == ".onnx":
+        return OnnxBackend(path, device)
+    if path.suffix == ".engine":
+        return _engine(path, device)
+    raise BackendError(f"{path}: unknown export format (use .pt, .torchscript, .onnx or a *_openvino_model folder)")
