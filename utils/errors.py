@@ -96,3 +96,7 @@ class DetectError(YoloError):
 
 class DetectorError(YoloError):
     """An input the Detector cannot run on (unreadable file, wrong array shape or dtype, empty list); one line."""
+
+
+class TrackerError(YoloError):
+    """A tracker that cannot be set up (unknown name or key, a YAML that is not a mapping, a value out of range)."""
