@@ -3,15 +3,26 @@
 import logging
 import sys
 
+from utils.text import escape_controls
+
 LOGGER = logging.getLogger("yolo")
 PROGRESS_BAR = "{l_bar}{bar:10}{r_bar}"  # every tqdm bar of the project: a 10-character bar between the counts
+
+
+class PlainTextFormatter(logging.Formatter):
+    """Bare messages whose control characters, but newlines and tabs, are shown escaped ('\\x1b[2J'): a last line of
+    defence for text from a file (a class name, a path) that reaches a message unchecked; such text cannot clear the
+    screen or overwrite a line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().format(record), keep="\n\t")
 
 
 def set_logging(verbose: bool = True) -> None:
     """Send the 'yolo' logger to stdout as bare messages (INFO, or WARNING when not verbose)."""
     if not LOGGER.handlers:
         handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(PlainTextFormatter("%(message)s"))
         LOGGER.addHandler(handler)
         LOGGER.propagate = False
     LOGGER.setLevel(logging.INFO if verbose else logging.WARNING)
