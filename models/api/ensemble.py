@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from models.nn.family import mixed_rule
 from models.nn.head import set_end2end
 from models.weights.checkpoint import load_model
 from utils.errors import CheckpointError
@@ -16,7 +17,8 @@ from utils.errors import CheckpointError
 class Ensemble(nn.Module):
     """Several models with the same classes; forward(x) -> (their predictions concatenated along the boxes, None).
 
-    NMS over the concatenation merges the members' boxes, as YOLOv5's ensembles do.
+    NMS over the concatenation merges the members' boxes, as YOLOv5's ensembles do. Members of mixed families:
+    the ensemble takes the first model's family (its default thresholds and box rounding; models/nn/family.mixed_rule).
     """
 
     def __init__(self, models: list[nn.Module]):
@@ -27,16 +29,13 @@ class Ensemble(nn.Module):
             set_end2end(model, False)
         self.models = nn.ModuleList(models)
         self.names = list(models[0].names)
+        self.family = mixed_rule([m.family for m in models])
+        self.imgsz = models[0].imgsz  # the first model's training size, as its thresholds
 
     @property
     def stride(self) -> torch.Tensor:
         """The largest member's strides, so inputs padded to them fit every member."""
         return max((m.stride for m in self.models), key=lambda s: float(s.max()))
-
-    @property
-    def pixel_boxes(self) -> bool:
-        """Whether boxes are rounded to whole pixels: as the first member's family does (see Model.pixel_boxes)."""
-        return bool(getattr(self.models[0], "pixel_boxes", True))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         # Members may differ in precision only through autocast; the concatenation takes the first member's dtype.

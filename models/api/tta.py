@@ -30,15 +30,12 @@ class TTAModel(nn.Module):
         set_end2end(model, False)  # views are merged before NMS: end-to-end heads give their NMS predictions
         self.model = model
         self.names = list(model.names)
+        self.family = model.family.merged()
+        self.imgsz = model.imgsz
 
     @property
     def stride(self) -> torch.Tensor:
         return self.model.stride
-
-    @property
-    def pixel_boxes(self) -> bool:
-        """Whether boxes are rounded to whole pixels, as the augmented model's family does."""
-        return bool(getattr(self.model, "pixel_boxes", True))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         members = list(self.model.models) if isinstance(self.model, Ensemble) else [self.model]

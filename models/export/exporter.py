@@ -133,12 +133,14 @@ def file_size_mb(path: Path) -> float:
 
 
 def export_metadata(model: nn.Module, options: ExportOptions) -> dict:
-    """What a backend needs beside the graph: class names, strides, export size, batch, dynamic, half, and
-    end2end (YOLO26: the graph outputs final (B, k, 6) detections, run without NMS)."""
+    """What a backend needs beside the graph: class names, the model family (models/nn/family.py), strides, export
+    size, batch, dynamic, half, and end2end (YOLO26: the graph outputs final (B, k, 6) detections, run without
+    NMS)."""
     strides = [int(s) for s in model.stride.tolist()]
     return {
         "names": list(model.names),
-        "end2end": bool(getattr(model, "end2end", False)),
+        "family": model.family.name,
+        "end2end": model.family.end2end,
         "stride": max(strides),
         "strides": strides,
         "imgsz": list(options.imgsz),

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from models.export.metadata import error_line
-from utils.errors import BackendError
+from models.nn.family import family_of_export
+from utils.errors import BackendError, ModelConfigError
 
 INSTALL = "pip install -r requirements-export.txt"
 
@@ -40,9 +41,14 @@ class Backend(nn.Module):
         self.batch = None if meta["dynamic"] else meta["batch"]
         self.precision = meta["precision"]  # fp32, fp16 or int8, as exported
         self.calibration_images = meta["calibration_images"]
-        # YOLO26's end-to-end exports give final (B, k, 6) detections; the Predictor and Validator then skip NMS.
-        self.end2end = meta["end2end"]
-        self.output_width = 6 if self.end2end else 5 + len(self.names)
+        # The exported model's family (exports from before it was recorded: recognised once, here); YOLO26's
+        # end-to-end exports give final (B, k, 6) detections, which the Predictor and Validator do not NMS.
+        try:
+            self.family = family_of_export(meta)
+        except ModelConfigError as e:
+            raise BackendError(f"{path}: {e}") from None
+        self.imgsz = max(meta["imgsz"])  # the size it was exported at: its default inference size
+        self.output_width = 6 if self.family.end2end else 5 + len(self.names)
         # An empty parameter tells code that asks next(model.parameters()) the device and the float32 input dtype.
         self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
 

@@ -27,6 +27,7 @@ from models.nn.blocks import (
     dwconv_cost,
 )
 from models.nn.common import C3, SPPF, Bottleneck, Concat, Conv, bottleneck_cost, c3_cost, conv_cost, sppf_cost
+from models.nn.family import Family, family_of_config
 from models.nn.head import AnchorFreeDetect, Detect, anchor_free_cost
 from utils.errors import ModelConfigError
 from utils.files import resolve_bare_name
@@ -125,11 +126,6 @@ def load_cfg(cfg: str | Path | dict) -> dict:
     return data
 
 
-def is_anchor_free(cfg: dict) -> bool:
-    """Whether a config describes the anchor-free family (YOLOv8, YOLO11, YOLO26): it has no 'anchors'."""
-    return "anchors" not in cfg
-
-
 def model_scaling(cfg: dict) -> tuple[float, float, float, str]:
     """(depth multiple, width multiple, channel cap, scale letter): from the 'scales' entry that 'scale' names
     (Ultralytics' layout; the first scale when none is named), else depth_multiple and width_multiple (YOLOv5's)."""
@@ -168,7 +164,7 @@ def _check_cfg(cfg: dict) -> list:
             raise ModelConfigError(f"'{key}' must be a positive number, got {_short.repr(v)}")
         if v > MAX_MULTIPLE:  # yolov5x uses 1.33 and 1.25
             raise ModelConfigError(f"'{key}' is {v:g}: at most {MAX_MULTIPLE:g} (yolov5x uses 1.33 and 1.25)")
-    if not is_anchor_free(cfg):
+    if family_of_config(cfg).anchors:
         _check_anchors(cfg.get("anchors"))
     _check_head_options(cfg)
     backbone, head = cfg.get("backbone"), cfg.get("head")
@@ -259,12 +255,14 @@ class LayerPlan(NamedTuple):
     c2: int  # output channels
 
 
-def plan_layers(cfg: dict, ch: int = 3) -> list[LayerPlan]:
+def plan_layers(cfg: dict, ch: int = 3, family: Family | None = None) -> list[LayerPlan]:
     """Every layer's module type, repeats and constructor arguments (channels resolved), nothing built yet;
-    ModelConfigError naming the first layer that cannot describe a model."""
+    ModelConfigError naming the first layer that cannot describe a model. The YAML's Detect entry builds the
+    family's head (the config's own family when none is given)."""
     cfg_layers = _check_cfg(cfg)
     gd, gw, max_channels, scale = model_scaling(cfg)
-    nc, anchor_free = cfg["nc"], is_anchor_free(cfg)
+    family = family or family_of_config(cfg)
+    nc, anchor_free = cfg["nc"], not family.anchors
     anchors = cfg.get("anchors")
     na = len(anchors[0]) // 2 if isinstance(anchors, list) else anchors
     # A layer as wide as the head's output keeps its width (YOLOv5: na * (nc + 5); Ultralytics: nc)
@@ -284,7 +282,7 @@ def plan_layers(cfg: dict, ch: int = 3) -> list[LayerPlan]:
                 f"depth_multiple {gd:g}); check 'depth_multiple' and the repeats"
             )
         if name == "Detect" and anchor_free:
-            name, args = "AnchorFreeDetect", _anchor_free_args(i, cfg, args, plans)
+            name, args = family.head, _anchor_free_args(i, cfg, args, plans, family.end2end)
         args, c2, n = _layer_args(i, name, args, n, [channels[x] for x in ([f] if isinstance(f, int) else f)])
         if name in BLOCK_COSTS and c2 != kept_width:
             c2 = make_divisible(min(c2, max_channels) * gw, 8)
@@ -299,7 +297,7 @@ def plan_layers(cfg: dict, ch: int = 3) -> list[LayerPlan]:
     return plans
 
 
-def _anchor_free_args(i: int, cfg: dict, args: list, plans: list[LayerPlan]) -> list:
+def _anchor_free_args(i: int, cfg: dict, args: list, plans: list[LayerPlan], end2end: bool) -> list:
     """[nc, reg_max, end2end, legacy] of an anchor-free Detect layer whose YAML args are [nc]. The class branch
     is YOLOv8's (legacy) unless the model uses C3k2 blocks, as Ultralytics decides it."""
     if len(args) != 1 or not _whole(args[0], 1) or args[0] > MAX_CLASSES:
@@ -308,7 +306,7 @@ def _anchor_free_args(i: int, cfg: dict, args: list, plans: list[LayerPlan]) -> 
             f"is anchor-free), got {_short.repr(args)}"
         )
     legacy = not any(plan.name == "C3k2" for plan in plans)
-    return [args[0], cfg.get("reg_max", 16), cfg.get("end2end", False), legacy]
+    return [args[0], cfg.get("reg_max", 16), end2end, legacy]
 
 
 def _layer_args(i: int, name: str, args: list, n: int, inputs: list[int]) -> tuple[list, int, int]:
@@ -416,7 +414,7 @@ def check_model_cost(plans: list[LayerPlan], ch: int = 3) -> int:
     return params
 
 
-def config_parameters(cfg: dict, ch: int = 3) -> int:
-    """The parameter count of the model a config describes, computed without building it (ModelConfigError if the
-    config cannot describe a model)."""
-    return model_cost(plan_layers(cfg, ch), ch)[0]
+def config_parameters(cfg: dict, ch: int = 3, family: Family | None = None) -> int:
+    """The parameter count of the model a config describes (as a model of family), computed without building it
+    (ModelConfigError if the config cannot describe a model)."""
+    return model_cost(plan_layers(cfg, ch, family), ch)[0]

@@ -9,7 +9,8 @@ from torch import nn
 
 from models.nn.common import Conv
 from models.nn.config import LAYERS, PROBE_SIZE, LayerPlan, check_model_cost, load_cfg, plan_layers, short_repr
-from models.nn.head import AnchorFreeDetect, is_end2end, set_end2end
+from models.nn.family import Family, family_of_config
+from models.nn.head import is_end2end, set_end2end
 from utils.errors import ModelConfigError
 from utils.log import one_line
 
@@ -25,10 +26,10 @@ def build_layers(plans: list[LayerPlan]) -> tuple[nn.Sequential, list[int]]:
     return nn.Sequential(*layers), sorted(set(save))
 
 
-def parse_model(cfg: dict, ch: int = 3) -> tuple[nn.Sequential, list[int]]:
-    """Build the layer list from a YOLOv5 YAML dict once its plan is within the limits; return it and the indices
-    whose outputs are reused."""
-    plans = plan_layers(cfg, ch)
+def parse_model(cfg: dict, ch: int = 3, family: Family | None = None) -> tuple[nn.Sequential, list[int]]:
+    """Build the layer list from a model YAML dict (as a model of family; the config's own when None) once its plan
+    is within the limits; return it and the indices whose outputs are reused."""
+    plans = plan_layers(cfg, ch, family)
     check_model_cost(plans, ch)
     return build_layers(plans)
 
@@ -47,16 +48,28 @@ def _make_layer(i: int, name: str, args: list, n: int) -> nn.Module:
 class Model(nn.Module):
     """A YOLO detector. Forward takes (B, 3, H, W) in [0, 1]; see Detect.forward (YOLOv5) and
     AnchorFreeDetect.forward (YOLOv8, YOLO11, YOLO26) for the outputs: in eval both give (B, N, 5 + nc) predictions
-    for NMS first, except an end-to-end head (end2end True), whose (B, k, 6) detections are final."""
+    for NMS first, except an end-to-end head (end2end True), whose (B, k, 6) detections are final.
 
-    def __init__(self, cfg: str | Path | dict = "yolov5s.yaml", ch: int = 3, nc: int | None = None, anchors=None):
+    family (models/nn/family.py) is decided here once, from the config unless a checkpoint recorded it; imgsz is the
+    training image size a checkpoint recorded (None for a model built from a YAML)."""
+
+    def __init__(
+        self,
+        cfg: str | Path | dict = "yolov5s.yaml",
+        ch: int = 3,
+        nc: int | None = None,
+        anchors=None,
+        family: Family | None = None,
+    ):
         super().__init__()
         self.yaml = load_cfg(cfg)
         if nc is not None and nc != self.yaml.get("nc"):
             self.yaml["nc"] = nc
         if anchors is not None:
             self.yaml["anchors"] = anchors
-        self.model, self.save = parse_model(self.yaml, ch=ch)
+        self.family = family or family_of_config(self.yaml)
+        self.imgsz: int | None = None
+        self.model, self.save = parse_model(self.yaml, ch=ch, family=self.family)
         self.names = [str(i) for i in range(self.yaml["nc"])]
         detect = self.model[-1]
         # Strides from a dry run: input size over each output map's size.
@@ -64,7 +77,7 @@ class Model(nn.Module):
         maps = self._dry_run(torch.zeros(1, ch, probe, probe))
         maps = maps["one2many"] if isinstance(maps, dict) else maps  # YOLO26 trains two branches
         detect.stride = torch.tensor([probe / m.shape[-2] for m in maps])
-        if getattr(detect, "anchor_free", False):
+        if not self.family.anchors:
             detect.initialize_biases()
             return
         detect.anchors /= detect.stride.view(-1, 1, 1)
@@ -83,13 +96,6 @@ class Model(nn.Module):
     @end2end.setter
     def end2end(self, enabled: bool) -> None:
         set_end2end(self, enabled)
-
-    @property
-    def pixel_boxes(self) -> bool:
-        """Whether detections are rounded to whole pixels, as the family's own detect does: YOLOv5 rounds them,
-        Ultralytics' anchor-free models keep fractions (the Predictor follows this, so each family gives its
-        official boxes)."""
-        return not isinstance(self.model[-1], AnchorFreeDetect)
 
     def forward(self, x: torch.Tensor):
         outputs = []

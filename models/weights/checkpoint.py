@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models.nn.config import MAX_CLASSES, config_parameters, is_anchor_free, short_repr
+from models.nn.config import MAX_CLASSES, config_parameters, short_repr
+from models.nn.family import family_of_checkpoint, family_of_config
 from models.nn.yolo import Model
 from models.weights.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
 from utils.downloads import attempt_download_weights
@@ -120,7 +121,7 @@ def _check_config_size(ckpt: dict, where: str) -> None:
     """CheckpointError when the config cannot describe a model, or describes more parameters than the file holds
     weights for: the model is priced from its config before it is built, so a tiny file cannot make a huge one."""
     try:
-        params = config_parameters(ckpt["yaml"])
+        params = config_parameters(ckpt["yaml"], family=family_of_checkpoint(ckpt))
     except ModelConfigError as e:
         raise CheckpointError(f"{where} holds an unsupported model config: {one_line(e)}") from None
     held = sum(v.numel() for v in ckpt["model"].values())
@@ -141,13 +142,29 @@ def _from_official(ckpt: dict, where: str, size: int) -> dict:
     nc = _config_nc(cfg, where)
     state = _record_state_dict(record, where)
     check_tensor_bytes(state.values(), size, where)  # the rest of the file's objects are dropped unread
+    family = family_of_config(cfg)
     return {
         "format": FORMAT,
         "model": state,
         "yaml": cfg,
         "names": _names_list(record.__dict__.get("names"), nc, where),
-        "source": "ultralytics" if is_anchor_free(cfg) else "yolov5",
+        "family": family.name,
+        "source": "yolov5" if family.anchors else "ultralytics",
+        "train_args": {"imgsz": training_size(ckpt)} if training_size(ckpt) else {},
     }
+
+
+def training_size(ckpt: dict) -> int | None:
+    """The image size a checkpoint was trained at: train_args['imgsz'] (ours and Ultralytics'), or opt['imgsz'] /
+    opt['img_size'] (official YOLOv5); the larger side of a pair. None when the file does not say."""
+    for key, names in (("train_args", ("imgsz",)), ("opt", ("imgsz", "img_size"))):
+        args = ckpt.get(key)
+        for name in names:
+            value = args.get(name) if isinstance(args, dict) else None
+            value = max(value, default=None) if isinstance(value, (list, tuple)) else value
+            if isinstance(value, int) and not isinstance(value, bool) and 32 <= value <= 8192:
+                return value
+    return None
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -169,6 +186,10 @@ def load_checkpoint(path: str | Path) -> dict:
     if ckpt.get("format") == FORMAT:
         check_tensor_bytes(tensors, size, where)
         ckpt["names"] = _names_list(ckpt.get("names"), _config_nc(ckpt.get("yaml"), where), where)
+        try:  # recorded since families were declared; older files are recognised by their config, once, here
+            ckpt["family"] = family_of_checkpoint(ckpt).name
+        except ModelConfigError as e:
+            raise CheckpointError(f"{where}: {one_line(e)}") from None
     elif isinstance(ckpt.get("model"), Record) or isinstance(ckpt.get("ema"), Record):
         ckpt = _from_official(ckpt, where, size)
     else:
@@ -192,9 +213,10 @@ def _state_mismatch(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor]
 
 
 def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
-    """Build a float32 Model from a loaded checkpoint dict and load its weights."""
+    """Build a float32 Model of the checkpoint's family from a loaded checkpoint dict and load its weights; the model
+    keeps the image size it was trained at (model.imgsz; None when the file does not say)."""
     try:
-        model = Model(ckpt["yaml"])
+        model = Model(ckpt["yaml"], family=family_of_checkpoint(ckpt))
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError, ZeroDivisionError) as e:
         reason = one_line(e) if isinstance(e, YoloError) else f"{e.__class__.__name__}: {one_line(e)}"
         raise CheckpointError(f"{where} holds an unsupported model config: {reason}") from None
@@ -205,6 +227,7 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
         raise CheckpointError(f"{where}: weights do not match its config: {mismatch}")
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=False)
     model.names = list(ckpt["names"])
+    model.imgsz = training_size(ckpt)
     model.model[-1]._grids = {}
     return model
 
@@ -236,6 +259,7 @@ def checkpoint_dict(model: Model, **extra) -> dict:
         "model": fp16_state_dict(unwrapped),
         "yaml": unwrapped.yaml,
         "names": list(unwrapped.names),
+        "family": unwrapped.family.name,
         "stride": [float(s) for s in unwrapped.stride],
         **extra,
     }

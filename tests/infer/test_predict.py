@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from models.api.detector import load_detector
+from models.nn.family import YOLOV5
 from utils.errors import DetectError
 from utils.infer.predict import PredictOptions, Predictor, check_options, detections_text, shapes_text
 
@@ -68,6 +69,7 @@ class _OneBoxBackend(torch.nn.Module):
 
     names = ["a", "b"]
     stride = torch.tensor([8.0, 16.0])
+    family, imgsz = YOLOV5, None
 
     def forward(self, x):
         h, w = x.shape[2:]

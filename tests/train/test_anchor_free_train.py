@@ -17,9 +17,11 @@ import torch
 import yaml
 
 import train
+from models.nn.family import YOLOV5, YOLOV8
 from models.nn.yolo import Model
 from utils.data.hyp import ANCHOR_FREE_HYP_KEYS, HYP_KEYS, load_hyp
 from utils.errors import DatasetError, TrainError
+from utils.files import DATA_DIR
 from utils.torch_utils import cpu_supports_bf16
 from utils.train import evolve as evolve_module
 from utils.train.assigner import TaskAlignedAssigner
@@ -27,7 +29,7 @@ from utils.train.autoanchor import check_anchors
 from utils.train.callbacks import Callback
 from utils.train.loss import ComputeLoss
 from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss, distribution_focal_loss, pad_targets
-from utils.train.options import ANCHOR_FREE_HYP, default_hyp
+from utils.train.options import default_hyp
 from utils.train.setup import build_loss, check_hyp_fits, choose_optimizer, freeze_layers
 from utils.train.step import loss_gains
 
@@ -164,6 +166,9 @@ def _targets(n: int = 12, batch: int = 2) -> torch.Tensor:
     return t
 
 
+ANCHOR_FREE_HYP = DATA_DIR / YOLOV8.hyp_file
+
+
 @pytest.fixture(scope="module")
 def yolo11_model():
     torch.manual_seed(0)
@@ -248,7 +253,7 @@ def test_anchor_free_hyp_file():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"obj": 1.0}, "unknown hyperparameter(s) obj for the anchor-free models"),
+        ({"obj": 1.0}, "unknown hyperparameter(s) obj for the anchor_free key set"),
         ({"close_mosaic": 2.5}, "close_mosaic must be a whole number"),
         ({"box": None}, "missing hyperparameter(s) box"),
     ],
@@ -276,29 +281,31 @@ def test_default_hyp_follows_the_model(tmp_path, monkeypatch):
 
 def test_gains_are_not_rescaled_for_anchor_free_and_yolov5_keeps_its_scaling():
     af = load_hyp("hyp.anchor_free.yaml")
-    assert loss_gains(af, 3, 5, 256) == af
+    assert loss_gains(af, 3, 5, 256, scaled=YOLOV8.anchors) == af
     v5 = load_hyp("hyp.scratch.yaml")
-    scaled = loss_gains(v5, 3, 5, 256)
+    scaled = loss_gains(v5, 3, 5, 256, scaled=YOLOV5.anchors)
     assert math.isclose(scaled["box"], 0.05) and math.isclose(scaled["cls"], 0.5 * 5 / 80)
     assert math.isclose(scaled["obj"], (256 / 640) ** 2)
 
 
 def test_hyp_of_the_other_family_is_refused(yolo11_model):
     with pytest.raises(TrainError, match="hyp.anchor_free.yaml"):
-        check_hyp_fits(yolo11_model, load_hyp("hyp.scratch.yaml"), "data/hyp.scratch.yaml")
+        check_hyp_fits(yolo11_model.family, load_hyp("hyp.scratch.yaml"), "data/hyp.scratch.yaml")
     with pytest.raises(TrainError, match="hyp.scratch.yaml"):
-        check_hyp_fits(Model("yolov5n.yaml", nc=3), load_hyp("hyp.anchor_free.yaml"), "data/hyp.anchor_free.yaml")
+        check_hyp_fits(YOLOV5, load_hyp("hyp.anchor_free.yaml"), "data/hyp.anchor_free.yaml")
 
 
 def test_optimizer_auto_chooses_as_ultralytics_for_anchor_free_and_sgd_for_yolov5():
     hyp = load_hyp(ANCHOR_FREE_HYP)
-    name, short = choose_optimizer("auto", hyp, True, n_images=400, batch_size=16, epochs=20, nc=5)  # 140 batches of 64
+    name, short = choose_optimizer(
+        "auto", hyp, YOLOV8, n_images=400, batch_size=16, epochs=20, nc=5
+    )  # 140 batches of 64
     assert name == "AdamW" and short == {**hyp, "lr0": 0.001111, "momentum": 0.9, "warmup_bias_lr": 0.0}
-    name, long = choose_optimizer("auto", hyp, True, n_images=118287, batch_size=64, epochs=100, nc=80)
+    name, long = choose_optimizer("auto", hyp, YOLOV8, n_images=118287, batch_size=64, epochs=100, nc=80)
     assert name == "SGD" and (long["lr0"], long["momentum"], long["warmup_bias_lr"]) == (0.01, 0.9, 0.0)
     yolov5_hyp = load_hyp("hyp.scratch.yaml")
-    assert choose_optimizer("auto", yolov5_hyp, False, 400, 16, 20, 5) == ("SGD", yolov5_hyp)  # YOLOv5 as before
-    assert choose_optimizer("AdamW", hyp, True, 400, 16, 20, 5) == ("AdamW", hyp)  # a named one keeps the hyp's lr0
+    assert choose_optimizer("auto", yolov5_hyp, YOLOV5, 400, 16, 20, 5) == ("SGD", yolov5_hyp)  # YOLOv5 as before
+    assert choose_optimizer("AdamW", hyp, YOLOV8, 400, 16, 20, 5) == ("AdamW", hyp)  # a named one keeps the hyp's lr0
 
 
 def test_freezing_keeps_the_dfl_bins_fixed(yolo11_model, log):
@@ -314,7 +321,7 @@ def test_freezing_keeps_the_dfl_bins_fixed(yolo11_model, log):
 
 def test_autoanchor_skips_anchor_free_models(yolo11_model, log):
     check_anchors(dataset=None, model=yolo11_model, imgsz=64)  # no dataset needed: nothing to fit
-    assert "skipped: the model is anchor-free" in log.text
+    assert "skipped: YOLOv8/YOLO11 models have no anchors" in log.text
 
 
 def test_evolve_searches_anchor_free_gains_in_their_own_range():

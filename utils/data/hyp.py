@@ -38,10 +38,14 @@ HYP_KEYS = (
 )
 
 # The anchor-free models' (YOLOv8, YOLO11, YOLO26; Ultralytics' default.yaml): no objectness or anchor keys, a
-# distance (DFL) gain instead. A file with 'dfl' is held to these keys, one without it to YOLOv5's.
+# distance (DFL) gain instead.
 ANCHOR_FREE_HYP_KEYS = tuple(
     k for k in HYP_KEYS if k not in ("cls_pw", "obj", "obj_pw", "iou_t", "anchor_t", "fl_gamma")
 ) + ("dfl",)
+
+# The key sets a hyperparameter file may have, by the name a model family gives as its hyp_schema
+# (models/nn/family.py). A file is held to the set it is closest to.
+HYP_SCHEMAS = {"yolov5": HYP_KEYS, "anchor_free": ANCHOR_FREE_HYP_KEYS}
 
 HYP_AT_MOST_1 = ("momentum", "warmup_momentum", "flipud", "fliplr", "mosaic", "mixup", "copy_paste")  # probabilities
 # anchors: YOLOv5 allows anchors-per-layer here to override the model's anchors; close_mosaic: train the last N
@@ -49,27 +53,32 @@ HYP_AT_MOST_1 = ("momentum", "warmup_momentum", "flipud", "fliplr", "mosaic", "m
 HYP_OPTIONAL = ("anchors", "close_mosaic")
 
 
+def hyp_schema(hyp) -> str:
+    """The name of the key set (HYP_SCHEMAS) a hyperparameter set is closest to: fewest keys missing or unknown,
+    the first on a tie."""
+
+    def distance(keys: tuple[str, ...]) -> int:
+        return len(set(keys) ^ (set(hyp) - set(HYP_OPTIONAL)))
+
+    return min(HYP_SCHEMAS, key=lambda name: distance(HYP_SCHEMAS[name]))
+
+
 def required_hyp_keys(hyp) -> tuple[str, ...]:
-    """The keys a hyperparameter set must have: the anchor-free ones when it has a 'dfl' gain, else YOLOv5's."""
-    return ANCHOR_FREE_HYP_KEYS if "dfl" in hyp else HYP_KEYS
-
-
-def is_anchor_free_hyp(hyp) -> bool:
-    """Whether a hyperparameter set is for the anchor-free models (it has the DFL gain)."""
-    return "dfl" in hyp
+    """The keys a hyperparameter set must have: those of the key set it is closest to."""
+    return HYP_SCHEMAS[hyp_schema(hyp)]
 
 
 def load_hyp(path: str | Path) -> dict:
-    """Read a hyperparameter YAML (YOLOv5's keys, or the anchor-free models' with 'dfl'); unknown, missing or
-    non-numeric values are errors."""
+    """Read a hyperparameter YAML (YOLOv5's keys, or the anchor-free models' with 'dfl': HYP_SCHEMAS); unknown,
+    missing or non-numeric values are errors."""
     file = resolve_yaml(path, "hyperparameter")
     hyp = read_yaml_mapping(file, "hyperparameter")
     required = required_hyp_keys(hyp)
     unknown = sorted(set(hyp) - set(required) - set(HYP_OPTIONAL))
     if unknown:
-        family = " for the anchor-free models (the file has dfl)" if is_anchor_free_hyp(hyp) else ""
         raise DatasetError(
-            f"{file}: unknown hyperparameter(s) {', '.join(unknown)}{family} (valid: {', '.join(required)})"
+            f"{file}: unknown hyperparameter(s) {', '.join(unknown)} for the {hyp_schema(hyp)} key set "
+            f"(valid: {', '.join(required)})"
         )
     missing = [k for k in required if k not in hyp]
     if missing:

@@ -9,7 +9,7 @@ maximal mean F1.
 
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +41,12 @@ TABLE_HEADER = ("%22s" + "%11s" * 6) % ("Class", "Images", "Instances", "P", "R"
 class ValidationOptions:
     """How evaluate() scores a model and what it prints and writes.
 
-    The defaults are test.py's thresholds, the YOLO labels as ground truth, the summary row only and no files."""
+    The defaults are the YOLO labels as ground truth, the summary row only and no files; thresholds left at None are
+    the model family's validation ones (model.family: YOLOv5 conf 0.001 / IoU 0.6, YOLOv8/YOLO11/YOLO26 0.001 /
+    0.7), the same in test.py and in training."""
 
-    conf_thres: float = 0.001  # NMS confidence threshold
-    iou_thres: float = 0.6  # NMS IoU threshold
+    conf_thres: float | None = None  # NMS confidence threshold
+    iou_thres: float | None = None  # NMS IoU threshold
     max_det: int = 300  # detections kept per image
     single_cls: bool = False  # every class is class 0 (class-agnostic NMS); ann_json is then not used
     # Ground truth: a COCO annotations JSON (path, or one already matched by coco_json.load_json_ground_truth);
@@ -92,6 +94,14 @@ class ValidationResult:
 
 
 @torch.no_grad()
+def family_thresholds(options: ValidationOptions, family) -> ValidationOptions:
+    """options with thresholds left at None set to the family's validation ones (a given value always wins)."""
+    conf = family.val_conf if options.conf_thres is None else options.conf_thres
+    return replace(
+        options, conf_thres=conf, iou_thres=family.val_iou if options.iou_thres is None else options.iou_thres
+    )
+
+
 def evaluate(
     model: torch.nn.Module,
     dataloader,
@@ -106,7 +116,7 @@ def evaluate(
     single_cls the loader must have been built with single_cls too (its labels all class 0). Raises TestError or
     MetricsError (one line) when the ground truth JSON does not describe the images.
     """
-    opts = options or ValidationOptions()
+    opts = family_thresholds(options or ValidationOptions(), model.family)
     if opts.save_dir is None and (opts.save_txt or opts.save_json or opts.plots):
         raise ValueError("evaluate(): plots, save_txt and save_json need options.save_dir")
     names = ["item"] if opts.single_cls and len(names) != 1 else list(names)
@@ -209,7 +219,7 @@ class _Run:
         with self.autocast:
             preds, train_out = self.model(im)
         t2 = time_sync(self.device)
-        if getattr(self.model, "end2end", False):  # final detections (YOLO26's one-to-one head): no NMS
+        if self.model.family.end2end:  # final detections (YOLO26's one-to-one head): no NMS
             output = end2end_detections(preds, opts.conf_thres, max_det=opts.max_det)
         else:
             output = non_max_suppression(

@@ -10,7 +10,7 @@ import argparse
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,13 +53,18 @@ def check_options(**options) -> None:
                 raise DetectError(f"{flag} ({key}=): {e}") from None
 
 
+DEFAULT_SIZE = 640  # the inference size for weights that do not record the size they were trained at
+
+
 @dataclass
 class PredictOptions:
-    """What the Predictor is asked for: input size, NMS settings and the video frame stride."""
+    """What the Predictor is asked for: input size, NMS settings and the video frame stride. None (the default) for
+    the size or a threshold takes the model's: its training size (model.imgsz), its family's predict thresholds
+    (model.family: YOLOv5 conf 0.25 / IoU 0.45, YOLOv8/YOLO11/YOLO26 0.25 / 0.7); a given value always wins."""
 
-    img_size: int | list[int] | tuple[int, ...] = 640  # one value or (h, w); rounded up to the model's stride
-    conf_thres: float = 0.25
-    iou_thres: float = 0.45
+    img_size: int | list[int] | tuple[int, ...] | None = None  # one value or (h, w); rounded up to the model's stride
+    conf_thres: float | None = None
+    iou_thres: float | None = None
     classes: list[int] | None = None  # keep only these class ids
     agnostic: bool = False  # class-agnostic NMS
     max_det: int = 1000
@@ -153,16 +158,42 @@ def shapes_text(shapes: list[tuple[int, ...]]) -> str:
     return f"{len(shapes)} letterboxed shapes (last {shapes[-1]})"
 
 
+def model_defaults(options: PredictOptions, model, log: bool = True) -> PredictOptions:
+    """options with the size and thresholds left at None taken from the model (its training size, else 640; its
+    family's predict thresholds), and one log line saying which were used and why."""
+    family, trained = model.family, getattr(model, "imgsz", None)
+    size = options.img_size if options.img_size is not None else trained or DEFAULT_SIZE
+    conf = options.conf_thres if options.conf_thres is not None else family.predict_conf
+    iou = options.iou_thres if options.iou_thres is not None else family.predict_iou
+    if log:
+        said = "--img" if options.img_size is not None else "the size the weights record" if trained else "the default"
+        LOGGER.info(
+            f"{family.title} model: image size {size_text(size)} ({said}), conf {conf:g}, IoU {iou:g}"
+            + ("" if options.conf_thres is not None and options.iou_thres is not None else " (the family's defaults)")
+        )
+    return replace(options, img_size=size, conf_thres=conf, iou_thres=iou)
+
+
+def size_text(size) -> str:
+    """160, or 480x640 for an (h, w) pair of two sides."""
+    sides = [size] if isinstance(size, (int, float)) else list(size)
+    return str(int(sides[0])) if len(set(sides)) == 1 else "x".join(str(int(v)) for v in sides)
+
+
 class Predictor:
-    """A loaded model and PredictOptions; stream(source) yields one Prediction per image or frame."""
+    """A loaded model and PredictOptions; stream(source) yields one Prediction per image or frame. The model is any
+    module that maps (B, 3, H, W) to raw predictions and has names, stride, family (its family's declaration:
+    thresholds, end2end, pixel_boxes) and optionally imgsz (the size it was trained at)."""
 
     def __init__(self, model, device: torch.device, options: PredictOptions, precision: Precision | None = None):
-        self.model, self.device, self.options = model, device, options
+        self.model, self.device, self.options = model, device, model_defaults(options, model)
         self.precision = precision or Precision()
         self.names = list(model.names)
         self.stride = int(model.stride.max())
-        self.end2end = bool(getattr(model, "end2end", False))  # final detections (YOLO26): thresholded, no NMS
-        self.pixel_boxes = bool(getattr(model, "pixel_boxes", True))  # YOLOv5 rounds boxes to whole pixels
+        # What the model's family (models/nn/family.py) decides: final detections without NMS (YOLO26's end-to-end
+        # head), boxes rounded to whole pixels (YOLOv5's detect rounds them)
+        self.end2end, self.pixel_boxes = model.family.end2end, model.family.pixel_boxes
+        options = self.options
         self.classes = self._checked_classes(options.classes)
         self.img_size, self.auto = inference_size(options.img_size, self.stride), True
         fixed = getattr(model, "fixed_shape", None)  # a static-shape export accepts one input size only

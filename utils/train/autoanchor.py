@@ -40,8 +40,8 @@ def anchor_metrics(anchors_px: torch.Tensor, wh: torch.Tensor, thr: float = 4.0)
 def check_anchors(dataset, model: nn.Module, thr: float = 4.0, imgsz: int = 640, seed: int = 0) -> None:
     """Report the anchors' fit to dataset.labels; replace them with evolved ones when BPR < 0.98 and they help."""
     detect = de_parallel(model).model[-1]
-    if getattr(detect, "anchor_free", False):  # YOLOv8, YOLO11, YOLO26: no anchors to fit
-        LOGGER.info("%sskipped: the model is anchor-free", PREFIX)
+    if not de_parallel(model).family.anchors:  # YOLOv8, YOLO11, YOLO26: no anchors to fit
+        LOGGER.info("%sskipped: %s models have no anchors", PREFIX, de_parallel(model).family.title)
         return
     rng = np.random.default_rng(seed)
     wh = torch.tensor(_label_wh(dataset, imgsz, rng), dtype=torch.float32)

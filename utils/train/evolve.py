@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import yaml
 
-from utils.data.hyp import HYP_OPTIONAL, is_anchor_free_hyp, required_hyp_keys
+from utils.data.hyp import HYP_OPTIONAL, hyp_schema, required_hyp_keys
 from utils.errors import EvolveError, RunFolderError, TrainError
 from utils.eval.metrics import fitness_score
 from utils.files import REPO_ROOT, RUN_MARKER, is_run_dir
@@ -83,6 +83,7 @@ MUTATIONS = {
 # The anchor-free models' loss gains are of another size (box 7.5 against YOLOv5's 0.05) and add dfl: Ultralytics'
 # tuner limits for those two; the other keys search as YOLOv5's.
 ANCHOR_FREE_MUTATIONS = {**MUTATIONS, "box": Mutation(1, 1.0, 20.0), "dfl": Mutation(1, 0.4, 6.0)}
+SEARCH_SPACES = {"yolov5": MUTATIONS, "anchor_free": ANCHOR_FREE_MUTATIONS}  # by utils.data.hyp.HYP_SCHEMAS name
 MUTATION_PROBABILITY, MUTATION_SIGMA = 0.8, 0.2
 GAIN_MIN, GAIN_MAX = 0.3, 3.0  # a single mutation changes a value by at most these factors
 SIGNIFICANT_DIGITS = 5
@@ -130,8 +131,8 @@ def significant(value: float, digits: int = SIGNIFICANT_DIGITS) -> float:
 
 
 def search_space(hyp) -> dict[str, Mutation]:
-    """The mutations of a hyperparameter set's family: anchor-free (it has dfl) or YOLOv5's."""
-    return ANCHOR_FREE_MUTATIONS if is_anchor_free_hyp(hyp) else MUTATIONS
+    """The mutations of a hyperparameter set's key set, the one its model family names (Family.hyp_schema)."""
+    return SEARCH_SPACES[hyp_schema(hyp)]
 
 
 def evolvable_keys(hyp: dict, noautoanchor: bool = False) -> list[str]:

@@ -3,17 +3,17 @@ combinations that cannot run (each a one-line TrainError)."""
 
 import argparse
 import math
-import re
 from pathlib import Path
 
-from models.nn.config import is_anchor_free, load_cfg
+from models.nn.config import load_cfg
+from models.nn.family import YOLOV5, Family, family_of_checkpoint, family_of_config, family_of_weights_name
 from models.weights.checkpoint import load_checkpoint
 from utils import downloads
 from utils.cli import Parser, float_in, int_in
 from utils.errors import TrainError, YoloError
 from utils.files import DATA_DIR
 from utils.log import LOGGER
-from utils.train.config import DEFAULT_HYP, DEFAULT_PROJECT
+from utils.train.config import DEFAULT_PROJECT
 from utils.train.distributed import RANK
 
 
@@ -35,43 +35,36 @@ def smoothing_arg(text: str) -> float:
     return value
 
 
-ANCHOR_FREE_HYP = DATA_DIR / "hyp.anchor_free.yaml"  # Ultralytics' defaults, for YOLOv8, YOLO11 and YOLO26
-# Official anchor-free weights by name, for a --weights file not downloaded yet (yolov8n.pt, yolo11s.pt, yolo26x.pt)
-ANCHOR_FREE_WEIGHTS = re.compile(r"yolo(v8|11|26)[nslmx]\.pt")
-
-
 def default_hyp(opt: argparse.Namespace | None = None) -> str:
-    """The hyperparameter file when --hyp is not given: data/hyp.anchor_free.yaml (Ultralytics' defaults) when the
-    --cfg model, or else the --weights model, is anchor-free; otherwise data/hyp.scratch.yaml, from weights and from
-    scratch alike, as YOLOv5 HEAD (its hyp.scratch-low values).
+    """The hyperparameter file when --hyp is not given: the model family's (models/nn/family.py), for the --cfg
+    model, or else the --weights model: data/hyp.anchor_free.yaml (Ultralytics' defaults) for YOLOv8, YOLO11 and
+    YOLO26; data/hyp.scratch.yaml for YOLOv5, from weights and from scratch alike, as YOLOv5 HEAD (its
+    hyp.scratch-low values), and when the model cannot be read (the Trainer then reports why).
 
     hyp.finetune.yaml (YOLOv5 v3.0's default from weights, evolved on VOC) is only an option: in a 1-epoch fine-tune
     of yolov5n on COCO images it gave mAP50-95 0.182 against 0.278 with these values."""
-    if opt is not None and model_is_anchor_free(opt.cfg, opt.weights):
-        file = ANCHOR_FREE_HYP
-        LOGGER.info(f"hyperparameters: data/{file.name} (Ultralytics' defaults, for this anchor-free model)")
-        return str(file)
-    file = DEFAULT_HYP
-    LOGGER.info(f"hyperparameters: data/{file.name} (YOLOv5's default; --hyp to choose, e.g. --hyp hyp.finetune.yaml)")
+    family = (model_family(opt.cfg, opt.weights) if opt is not None else None) or YOLOV5
+    file = DATA_DIR / family.hyp_file
+    why = "Ultralytics' defaults" if family.optimizer == "ultralytics" else "YOLOv5's default"
+    LOGGER.info(f"hyperparameters: data/{file.name} ({why}, for {family.title} models; --hyp to choose)")
     return str(file)
 
 
-def model_is_anchor_free(cfg: str, weights: str) -> bool:
-    """Whether the model train.py will build is anchor-free: from --cfg when given, else from the --weights file's
-    config (or an official anchor-free name not downloaded yet). False when neither can be read: the Trainer then
-    reports why."""
+def model_family(cfg: str, weights: str) -> Family | None:
+    """The family of the model train.py will build: from --cfg when given, else from the --weights file (or an
+    official name not downloaded yet). None when neither can be read: the Trainer then reports why."""
     try:
         if cfg:
-            return is_anchor_free(load_cfg(cfg))
+            return family_of_config(load_cfg(cfg))
         if not weights:
-            return False
+            return None
         path = Path(weights)
         local = path if path.is_file() or path.name != str(weights) else downloads.WEIGHTS_DIR / path
         if local.is_file():
-            return is_anchor_free(load_checkpoint(local)["yaml"])
-        return bool(ANCHOR_FREE_WEIGHTS.fullmatch(path.name))
+            return family_of_checkpoint(load_checkpoint(local))
+        return family_of_weights_name(path.name)
     except (YoloError, FileNotFoundError, OSError):
-        return False
+        return None
 
 
 def check_options(opt: argparse.Namespace) -> None:

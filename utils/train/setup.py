@@ -9,11 +9,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from models.nn.family import Family, family_of_checkpoint
 from models.nn.yolo import Model
 from models.weights.checkpoint import load_checkpoint
 from utils.data.config import load_data_config
 from utils.data.dataset import LoadImagesAndLabels
-from utils.data.hyp import is_anchor_free_hyp
+from utils.data.hyp import HYP_SCHEMAS
 from utils.data.loader import create_dataloader
 from utils.downloads import attempt_download_weights
 from utils.errors import DownloadError, TrainError
@@ -46,7 +47,7 @@ def build_model(
                 f"{config.weights} cannot be resumed: it was trained for {saved_nc} classes but {config.data} "
                 f"now has {nc}; start a new run with --weights {config.weights}"
             )
-        model = _make_model(resume_ckpt["yaml"], nc, None)
+        model = _make_model(resume_ckpt["yaml"], nc, None, family_of_checkpoint(resume_ckpt))
         load_resume_state(model, resume_ckpt["train_model"], f"{config.weights}: its training weights")
         return model.to(device)
     if not config.weights:
@@ -58,7 +59,7 @@ def build_model(
     except DownloadError as e:
         raise TrainError(str(e)) from None
     ckpt = load_checkpoint(path)
-    model = _make_model(config.cfg or ckpt["yaml"], nc, anchors)
+    model = _make_model(config.cfg or ckpt["yaml"], nc, anchors, None if config.cfg else family_of_checkpoint(ckpt))
     # Anchors come from the checkpoint unless the user chose a config or anchor count of their own.
     exclude = ("anchor",) if config.cfg or anchors else ()
     model_state = model.state_dict()
@@ -122,10 +123,11 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, last: st
         )
 
 
-def _make_model(cfg, nc: int, anchors: int | None) -> Model:
-    """Model(cfg) for nc classes, or TrainError naming what in the config is unusable."""
+def _make_model(cfg, nc: int, anchors: int | None, family: Family | None = None) -> Model:
+    """Model(cfg) for nc classes (of the family a checkpoint recorded, else the config's), or TrainError naming what
+    in the config is unusable."""
     try:
-        return Model(cfg, ch=3, nc=nc, anchors=anchors)
+        return Model(cfg, ch=3, nc=nc, anchors=anchors, family=family)
     except FileNotFoundError as e:
         raise TrainError(str(e)) from None
     except (KeyError, ValueError, TypeError, IndexError) as e:
@@ -174,36 +176,26 @@ def _index_ranges(indices: list[int]) -> str:
 # Loss
 
 
-def is_anchor_free_model(model: nn.Module) -> bool:
-    """Whether the model's head is the anchor-free one (YOLOv8, YOLO11, YOLO26)."""
-    return bool(getattr(de_parallel(model).model[-1], "anchor_free", False))
+# The loss of each family's key (models/nn/family.Family.loss); all are called as (predictions, targets) ->
+# (loss x batch size, three loss items). A new family's loss is one entry here.
+LOSSES = {"yolov5": ComputeLoss, "anchor_free": AnchorFreeLoss, "end2end": EndToEndLoss}
 
 
-def check_hyp_fits(model: nn.Module, hyp: dict, hyp_file: str) -> None:
-    """TrainError when the hyperparameters are of the other model family (their loss keys differ)."""
-    anchor_free = is_anchor_free_model(model)
-    if anchor_free and not is_anchor_free_hyp(hyp):
+def check_hyp_fits(family: Family, hyp: dict, hyp_file: str) -> None:
+    """TrainError when the hyperparameters do not have the family's keys (another family's file)."""
+    missing = [k for k in HYP_SCHEMAS[family.hyp_schema] if k not in hyp]
+    if missing:
         raise TrainError(
-            f"{hyp_file or 'the hyperparameters'} are YOLOv5's (no dfl gain) but the model is anchor-free: "
-            f"use --hyp hyp.anchor_free.yaml (the default for these models) or a copy of it"
-        )
-    if not anchor_free and is_anchor_free_hyp(hyp):
-        raise TrainError(
-            f"{hyp_file or 'the hyperparameters'} are the anchor-free models' (they have dfl) but the model is "
-            f"YOLOv5: use --hyp hyp.scratch.yaml (the default for YOLOv5) or a copy of it"
+            f"{hyp_file or 'the hyperparameters'} are not {family.title}'s (no {', '.join(missing[:3])}): "
+            f"use --hyp {family.hyp_file} (the default for {family.title} models) or a copy of it"
         )
 
 
 def build_loss(model: nn.Module, hyp: dict, epochs: int = 1):
-    """The training loss for the model's head: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
-    EndToEndLoss (YOLO26's two branches; epochs paces its branch weights). All are called as
-    (predictions, targets) -> (loss x batch size, three loss items)."""
-    head = de_parallel(model).model[-1]
-    if not getattr(head, "anchor_free", False):
-        return ComputeLoss(model, hyp)
-    if getattr(head, "has_one2one", False):
-        return EndToEndLoss(model, hyp, epochs)
-    return AnchorFreeLoss(model, hyp)
+    """The training loss of the model's family: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
+    EndToEndLoss (YOLO26's two branches; epochs paces its branch weights)."""
+    loss = LOSSES[de_parallel(model).family.loss]
+    return loss(model, hyp, epochs) if loss is EndToEndLoss else loss(model, hyp)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -213,14 +205,14 @@ def build_loss(model: nn.Module, hyp: dict, epochs: int = 1):
 AUTO_ADAMW_ITERATIONS = 10_000  # --optimizer auto: anchor-free runs up to this many nominal batches train with AdamW
 
 
-def choose_optimizer(name: str, hyp: dict, anchor_free: bool, n_images: int, batch_size: int, epochs: int, nc: int):
+def choose_optimizer(name: str, hyp: dict, family: Family, n_images: int, batch_size: int, epochs: int, nc: int):
     """(optimizer name, hyp) for --optimizer name. auto, the default: YOLOv5 models train with SGD at the hyp's lr0
     and momentum, as YOLOv5 does; the anchor-free family as Ultralytics' optimizer=auto: AdamW at lr0 0.002 * 5 /
     (4 + nc) for runs of at most 10,000 nominal batches, else SGD at lr0 0.01 (Ultralytics 8.4 picks its MuSGD
     there, which we do not have), both with momentum 0.9 and a bias warmup from 0; the hyp's values are ignored."""
     if name != "auto":
         return name, hyp
-    if not anchor_free:
+    if family.optimizer == "sgd":
         return "SGD", hyp
     iterations = math.ceil(n_images / max(batch_size, NBS)) * epochs
     name, lr0 = ("SGD", 0.01) if iterations > AUTO_ADAMW_ITERATIONS else ("AdamW", round(0.002 * 5 / (4 + nc), 6))

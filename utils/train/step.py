@@ -18,7 +18,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from utils.data.hyp import is_anchor_free_hyp
 from utils.log import LOGGER
 from utils.torch_utils import ModelEMA, cpu_supports_bf16, de_parallel
 
@@ -63,12 +62,13 @@ def apply_warmup(optimizer: torch.optim.Optimizer, values: WarmupValues) -> None
             group["momentum"] = values.momentum
 
 
-def loss_gains(hyp: dict, n_layers: int, nc: int, imgsz: int) -> dict:
-    """A copy of hyp with the box, cls and obj gains scaled from YOLOv5's 3 levels, 80 classes and 640 pixels.
+def loss_gains(hyp: dict, n_layers: int, nc: int, imgsz: int, scaled: bool = True) -> dict:
+    """A copy of hyp with the box, cls and obj gains scaled from YOLOv5's 3 levels, 80 classes and 640 pixels: the
+    anchor-based family's rule (scaled = model.family.anchors).
 
-    The anchor-free models' gains (a hyp with dfl) are used as given, as Ultralytics does: their losses are
+    The anchor-free models' gains are used as given (scaled False), as Ultralytics does: their losses are
     normalised by the assigned targets' weight, not summed over levels, so nothing scales with layers or classes."""
-    if is_anchor_free_hyp(hyp):
+    if not scaled:
         return dict(hyp)
     scaled = dict(hyp)
     scaled["box"] = hyp["box"] * 3 / n_layers

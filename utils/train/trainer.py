@@ -18,6 +18,7 @@ import yaml
 from torch import nn
 from torch.optim import lr_scheduler
 
+from models.nn.family import Family
 from models.weights.checkpoint import checkpoint_dict, fp16_state_dict, load_model
 from utils.data.augment import check_img_size, letterbox
 from utils.data.dataset import LoadImagesAndLabels
@@ -53,7 +54,6 @@ from utils.train.setup import (
     choose_optimizer,
     close_mosaic,
     freeze_layers,
-    is_anchor_free_model,
     lr_lambda,
     restore_ema,
     restore_optimizer,
@@ -72,8 +72,6 @@ from utils.train.step import (
     train_step,
     warmup_values,
 )
-
-ANCHOR_FREE_VAL_IOU = 0.7  # the anchor-free models' NMS IoU in validation, as Ultralytics validates them
 
 
 class Trainer:
@@ -118,7 +116,7 @@ class Trainer:
         self.stopper: EarlyStopping | None = None
         self.loss_hyp: dict = {}  # hyp with the box/obj/cls gains scaled to classes, layers and image size
         self.loss: ComputeLoss | AnchorFreeLoss | EndToEndLoss | None = None  # the family's; also the val losses
-        self.anchor_free = False  # YOLOv8, YOLO11, YOLO26: their hyp, loss, NMS IoU and close_mosaic
+        self.family: Family | None = None  # the model's (models/nn/family.py): its hyp keys, loss, optimizer rule
         self.parts: TrainingParts | None = None
         # Progress, updated as training goes.
         self.start_epoch, self.best_fitness = 0, 0.0
@@ -344,7 +342,6 @@ class Trainer:
             verbose=verbose,
             half=self.parts.amp_dtype == torch.float16,  # FP16 autocast as trained; bfloat16 runs are scored in FP32
             channels_last=self.channels_last,
-            **({"iou_thres": ANCHOR_FREE_VAL_IOU} if self.anchor_free else {}),
         )
         return evaluate(model, self.val_loader, list(self.data["names"]), self.loss, options)
 
@@ -361,8 +358,8 @@ class Trainer:
         config = self.config
         model = build_model(config, self.nc, self.hyp, self.device, self.resume_ckpt if self.resuming else None)
         model.names = list(self.names)
-        self.anchor_free = is_anchor_free_model(model)
-        check_hyp_fits(model, self.hyp, config.hyp_file)
+        self.family = model.family
+        check_hyp_fits(self.family, self.hyp, config.hyp_file)
         if self.channels_last:
             model.to(memory_format=torch.channels_last)
             retain_freed_memory()  # freed activations are reused, not page-faulted in anew every step
@@ -387,7 +384,7 @@ class Trainer:
 
     def _setup_optimizer(self, model: nn.Module) -> None:
         """--optimizer auto resolved (into self.hyp); gradients accumulate to the nominal batch; decay scales too."""
-        config, auto = self.config, (self.anchor_free, len(self.dataset), self.batch_size, self.epochs, self.nc)
+        config, auto = self.config, (self.family, len(self.dataset), self.batch_size, self.epochs, self.nc)
         name, self.hyp = choose_optimizer(config.optimizer, self.hyp, *auto)
         hyp, self.accumulate = self.hyp, max(round(NBS / self.batch_size), 1)
         weight_decay = hyp["weight_decay"] * self.batch_size * self.accumulate / NBS
@@ -415,7 +412,7 @@ class Trainer:
         config = self.config
         batch = self.train_loader.batch_size * 2
         self.val_loader = build_val_loader(config, self.data["val"], self.imgsz, batch, self.grid, self.hyp, self.nc)
-        if not self.resuming and not config.noautoanchor and not self.anchor_free:  # nothing to fit without anchors
+        if not self.resuming and not config.noautoanchor and self.family.anchors:  # nothing to fit without anchors
             check_anchors(self.dataset, model=model, thr=self.hyp["anchor_t"], imgsz=self.imgsz, seed=self.seed)
 
     def _setup_precision(self, model: nn.Module, ema: ModelEMA | None, scaler_state: dict | None) -> TrainingParts:
@@ -429,7 +426,7 @@ class Trainer:
         scaler = torch.amp.GradScaler(self.device.type, enabled=amp_dtype == torch.float16)
         if scaler_state and scaler.is_enabled():
             scaler.load_state_dict(scaler_state)
-        gains = loss_gains(self.hyp, de_parallel(model).model[-1].nl, self.nc, self.imgsz)
+        gains = loss_gains(self.hyp, de_parallel(model).model[-1].nl, self.nc, self.imgsz, self.family.anchors)
         self.loss_hyp = {**gains, "label_smoothing": self.config.label_smoothing}
         self.loss = build_loss(model, self.loss_hyp, self.epochs)
         train_loss = quad_scaled(self.loss) if self.config.quad else self.loss

@@ -8,6 +8,7 @@ from torch import nn
 
 from models import Model
 from models.api.ensemble import Ensemble, load_models
+from models.nn.family import YOLOV5
 from models.weights.checkpoint import checkpoint_dict, save_checkpoint
 from utils.boxes import non_max_suppression
 from utils.data.augment import letterbox
@@ -60,12 +61,13 @@ def test_empty_list_is_refused():
 
 
 class StrideStub(nn.Module):
-    """A model of the interface an Ensemble needs: names, stride, forward -> (predictions, extra)."""
+    """A model of the interface an Ensemble needs: names, stride, family, imgsz, forward -> (predictions, extra)."""
 
     def __init__(self, strides: list[float], rows: int):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(1))
         self.names = ["a", "b"]
+        self.family, self.imgsz = YOLOV5, None
         self.register_buffer("stride", torch.tensor(strides))
         self.rows = rows
 

@@ -9,6 +9,7 @@ from torchvision.ops import box_iou
 
 from models.api.ensemble import load_models
 from models.api.tta import PAD_VALUE, TTAModel, scale_and_pad
+from models.nn.family import YOLOV5
 from utils.boxes import non_max_suppression
 from utils.data.augment import letterbox
 
@@ -24,6 +25,7 @@ class BrightPatchFinder(nn.Module):
 
     names = ["patch"]
     stride = torch.tensor([8.0, 16.0, 32.0])
+    family, imgsz = YOLOV5, None
 
     def forward(self, x):
         boxes = []

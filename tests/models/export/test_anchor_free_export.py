@@ -55,7 +55,7 @@ def test_default_exports_give_the_pt_outputs_on_a_rectangular_input(exported, fm
     name, weights, paths = exported
     model = load_model(weights)
     backend = load_backend(paths[fmt])
-    assert backend.end2end is model.end2end is (name == "yolo26n")
+    assert backend.family == model.family and backend.family.end2end is model.end2end is (name == "yolo26n")
     x = torch.rand(1, 3, 256, 320, generator=torch.Generator().manual_seed(0))  # not the export's 320x320
     with torch.no_grad():
         ref = model(x)[0].numpy()
