@@ -1,0 +1,42 @@
+"""Camera-motion estimates recover a known shift of a textured frame with every method."""
+
+import cv2
+import numpy as np
+import pytest
+
+from utils.track.gmc import CameraMotion
+
+
+@pytest.fixture(scope="module")
+def texture():
+    rng = np.random.default_rng(0)
+    img = cv2.GaussianBlur(rng.integers(0, 255, (300, 460, 3), dtype=np.uint8), (0, 0), 4)
+    for x, y, w, h, c in zip(*rng.integers(0, 440, (2, 60)), *rng.integers(6, 30, (2, 60)), rng.integers(0, 255, 60)):
+        cv2.rectangle(img, (int(x), int(y)), (int(x + w), int(y + h)), (int(c),) * 3, -1)  # corners for keypoints
+    return cv2.GaussianBlur(img, (0, 0), 1)
+
+
+@pytest.mark.parametrize("method", ["sparseOptFlow", "orb", "sift", "ecc"])
+def test_recovers_a_known_shift(texture, method):
+    motion = CameraMotion(method)
+    assert np.allclose(motion.estimate(texture[20:260, 40:360]), np.eye(2, 3))  # first frame: nothing to compare
+    # the camera moves 12 px right and 6 px down: the scene moves 12 px left and 6 px up in the image
+    affine = motion.estimate(texture[26:266, 52:372])
+    assert np.allclose(affine[:, :2], np.eye(2), atol=0.02)
+    assert np.allclose(affine[:, 2], [-12, -6], atol=1.0)  # within a pixel (found at half size)
+
+
+@pytest.mark.parametrize("method", ["sparseOptFlow", "orb", "ecc"])
+def test_a_blank_frame_is_no_motion(method):
+    motion = CameraMotion(method)
+    blank = np.full((120, 160, 3), 128, np.uint8)
+    motion.estimate(blank)
+    assert np.allclose(motion.estimate(blank), np.eye(2, 3))
+
+
+def test_none_and_reset(texture):
+    assert np.allclose(CameraMotion("none").estimate(texture), np.eye(2, 3))
+    motion = CameraMotion("sparseOptFlow")
+    motion.estimate(texture[:240, :320])
+    motion.reset()
+    assert np.allclose(motion.estimate(texture[6:246, 12:332]), np.eye(2, 3))

@@ -1,0 +1,57 @@
+"""The synthetic tracking video: deterministic, and it holds what trackers find hard (crossings, occlusions,
+entries and exits, a camera pan); its ground truth matches what is drawn."""
+
+import numpy as np
+import pytest
+
+from utils.errors import ShapesError
+from utils.track.mot_eval import read_mot
+from utils.track.synth import SceneOptions, SceneRenderer, camera_offset
+from utils.track.synth_io import write_detection_set, write_sequence
+
+OPTIONS = SceneOptions(frames=120, width=240, height=144, seed=3)
+
+
+@pytest.fixture(scope="module")
+def scene():
+    renderer = SceneRenderer(OPTIONS)
+    return renderer, [renderer.frame(t) for t in range(OPTIONS.frames)]
+
+
+def test_same_options_same_frames(scene):
+    renderer, frames = scene
+    img, rows = SceneRenderer(OPTIONS).frame(77)
+    assert np.array_equal(img, frames[77][0]) and rows == frames[77][1]
+    other, _ = SceneRenderer(SceneOptions(frames=120, width=240, height=144, seed=4)).frame(77)
+    assert not np.array_equal(other, img)
+
+
+def test_ground_truth_boxes_cover_drawn_objects(scene):
+    _, frames = scene
+    for img, rows in frames[::10]:
+        assert img.shape == (144, 240, 3) and img.dtype == np.uint8
+        for _, _, x, y, w, h, vis in rows:
+            assert 0 <= x and 0 <= y and x + w <= 240 and y + h <= 144 and 0 <= vis <= 1
+
+
+def test_it_has_entries_exits_occlusions_and_a_pan(scene):
+    _, frames = scene
+    ids_per_frame = [{r[0] for r in rows} for _, rows in frames]
+    first = {i: next(t for t, s in enumerate(ids_per_frame) if i in s) for i in set().union(*ids_per_frame)}
+    last = {i: max(t for t, s in enumerate(ids_per_frame) if i in s) for i in first}
+    assert any(t > 0 for t in first.values()) and any(t < OPTIONS.frames - 1 for t in last.values())
+    visibilities = [r[6] for _, rows in frames for r in rows]
+    assert min(visibilities) < 0.5 and max(visibilities) == 1.0  # some objects partly covered by others
+    assert camera_offset(OPTIONS, 60) != camera_offset(OPTIONS, 0)
+
+
+def test_written_sequence_and_detection_set(tmp_path):
+    options = SceneOptions(frames=15, width=160, height=96, seed=1)
+    video = write_sequence(tmp_path, options, name="s", frames=True)
+    assert video.is_file() and len(list((tmp_path / "s" / "img1").glob("*.jpg"))) == 15
+    gt = read_mot(tmp_path / "s" / "gt" / "gt.txt")
+    assert gt[:, 0].min() >= 1 and gt[:, 0].max() <= 15 and np.all(gt[:, 6] == 1)
+    with pytest.raises(ShapesError, match="exists"):
+        write_sequence(tmp_path, options, name="s")
+    root = write_detection_set(tmp_path / "det", options, n_train=3, n_val=2)
+    assert len(list((root / "labels" / "train").glob("*.txt"))) == 3 and (root / "data.yaml").is_file()

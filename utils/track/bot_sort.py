@@ -1,0 +1,27 @@
+"""BoT-SORT without ReID: ByteTrack's association, with every track moved by the camera's motion before matching,
+so that a pan does not push the predicted boxes off their objects."""
+
+import numpy as np
+
+from utils.track.byte_tracker import ByteTracker
+from utils.track.config import TrackerConfig
+from utils.track.gmc import CameraMotion
+from utils.track.tracks import Track, warp_all
+
+
+class BotSort(ByteTracker):
+    def __init__(self, config: TrackerConfig, frame_rate: float = 30.0):
+        self.camera = CameraMotion(config.gmc_method)
+        super().__init__(config, frame_rate)
+
+    def reset(self) -> None:
+        super().reset()
+        self.camera.reset()
+
+    def _compensate(self, tracks: list[Track], frame: np.ndarray | None) -> None:
+        warp_all(tracks, self.camera.estimate(frame))
+
+
+def create_tracker(config: TrackerConfig, frame_rate: float = 30.0) -> ByteTracker:
+    """The tracker a config names (its tracker_type)."""
+    return (BotSort if config.tracker_type == "botsort" else ByteTracker)(config, frame_rate)

@@ -1,0 +1,121 @@
+"""ByteTrack: every detection, confident or weak, is a chance to keep a track alive.
+
+Per frame: tracks move ahead by their Kalman filters; the confident detections (score >= track_high_thresh) are
+matched by IoU to the tracked and lost tracks; the weak ones (track_low_thresh..track_high_thresh) are then matched to
+the tracked tracks still unmatched, which keeps an object through a partial occlusion where its score drops. A track
+starts unconfirmed and is confirmed by a second match; a track not matched is lost, and removed after track_buffer
+frames unless a detection finds it again (same identity). Only confirmed, currently tracked tracks are reported.
+"""
+
+import itertools
+
+import numpy as np
+
+from utils.track.config import TrackerConfig
+from utils.track.matching import assign, iou_cost
+from utils.track.tracks import Track, TrackState, predict_all
+
+SECOND_STAGE_MAX_COST = 0.5  # weak detections need IoU >= 0.5 with a track (ByteTrack's value)
+UNCONFIRMED_MAX_COST = 0.7  # a new track's second detection needs IoU >= 0.3
+DUPLICATE_MAX_COST = 0.15  # a tracked and a lost track overlapping more than IoU 0.85 are one object
+OUTPUT_COLUMNS = 8  # x1, y1, x2, y2, track_id, score, cls, index of the detection in the frame's input
+
+
+class ByteTracker:
+    """`update(detections, frame)` per frame with detections (n, 6) x1, y1, x2, y2, score, cls in frame pixels;
+    returns (m, 8) x1, y1, x2, y2, track_id, score, cls, detection index for the tracks matched in this frame.
+    Identities start at 1 and are never reused by one tracker."""
+
+    def __init__(self, config: TrackerConfig, frame_rate: float = 30.0):
+        self.config = config
+        self.max_time_lost = max(int(round(frame_rate / 30.0 * config.track_buffer)), 1)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every track and restart identities at 1 (a new video)."""
+        self.tracked: list[Track] = []
+        self.lost: list[Track] = []
+        self.frame_id = 0
+        self._ids = itertools.count(1)
+
+    def _costs(self, tracks: list[Track], detections: list[Track], fuse: bool) -> np.ndarray:
+        boxes = np.array([t.xyxy for t in tracks]).reshape(-1, 4)
+        det_boxes = np.array([d.box for d in detections]).reshape(-1, 4)
+        scores = np.array([d.score for d in detections]) if fuse and self.config.fuse_score else None
+        return iou_cost(boxes, det_boxes, scores)
+
+    def _compensate(self, tracks: list[Track], frame: np.ndarray | None) -> None:
+        """Camera-motion compensation: none for ByteTrack (BoT-SORT overrides this)."""
+
+    def _split(self, detections: np.ndarray) -> tuple[list[Track], list[Track]]:
+        d = np.asarray(detections, np.float64).reshape(-1, 6)
+        cfg = self.config
+        high = [Track(d[i, :4], d[i, 4], d[i, 5], i) for i in np.flatnonzero(d[:, 4] >= cfg.track_high_thresh)]
+        weak = (d[:, 4] > cfg.track_low_thresh) & (d[:, 4] < cfg.track_high_thresh)
+        low = [Track(d[i, :4], d[i, 4], d[i, 5], i) for i in np.flatnonzero(weak)]
+        return high, low
+
+    def update(self, detections: np.ndarray, frame: np.ndarray | None = None) -> np.ndarray:
+        self.frame_id += 1
+        high, low = self._split(detections)
+        unconfirmed = [t for t in self.tracked if not t.is_activated]
+        pool = [t for t in self.tracked if t.is_activated] + self.lost
+        predict_all(pool)
+        self._compensate(pool + unconfirmed, frame)
+
+        # 1st association: confident detections against every confirmed or lost track
+        pairs, rest, high_left = assign(self._costs(pool, high, fuse=True), self.config.match_thresh)
+        found = self._apply(pool, high, pairs)
+        # 2nd association: weak detections against the tracks still unmatched that were tracked last frame
+        still = [pool[i] for i in rest if pool[i].state == TrackState.TRACKED]
+        pairs, rest2, _ = assign(self._costs(still, low, fuse=False), SECOND_STAGE_MAX_COST)
+        found += self._apply(still, low, pairs)
+        for i in rest2:
+            still[i].state = TrackState.LOST
+        # new tracks seen once before: confirmed by a confident detection, else dropped
+        high = [high[j] for j in high_left]
+        pairs, dropped, high_left = assign(self._costs(unconfirmed, high, fuse=True), UNCONFIRMED_MAX_COST)
+        found += self._apply(unconfirmed, high, pairs)
+        for i in dropped:
+            unconfirmed[i].state = TrackState.REMOVED
+        for j in high_left:
+            if high[j].score >= self.config.new_track_thresh:
+                high[j].activate(next(self._ids), self.frame_id, confirmed=self.frame_id == 1)
+                found.append(high[j])
+        self._bookkeep(pool + unconfirmed, found)
+        return self._output()
+
+    def _apply(self, tracks: list[Track], detections: list[Track], pairs) -> list[Track]:
+        for i, j in pairs:
+            tracks[i].update(detections[j], self.frame_id)
+        return [tracks[i] for i, _ in pairs]
+
+    def _bookkeep(self, previous: list[Track], found: list[Track]) -> None:
+        """The new tracked and lost lists: lost tracks past the buffer are dropped, and a lost track that overlaps a
+        tracked one almost exactly is a duplicate (the younger of the two goes)."""
+        tracked = [t for t in found if t.state == TrackState.TRACKED]
+        lost = [
+            t
+            for t in previous
+            if t.state == TrackState.LOST and self.frame_id - t.frame_id <= self.max_time_lost and t.is_activated
+        ]
+        self.tracked, self.lost = _drop_duplicates(tracked, lost, self.frame_id)
+
+    def _output(self) -> np.ndarray:
+        rows = [[*t.xyxy, t.track_id, t.score, t.cls, t.det_index] for t in self.tracked if t.is_activated]
+        return np.array(rows, np.float64).reshape(-1, OUTPUT_COLUMNS)
+
+
+def _drop_duplicates(tracked: list[Track], lost: list[Track], frame_id: int) -> tuple[list[Track], list[Track]]:
+    if not tracked or not lost:
+        return tracked, lost
+    cost = iou_cost(np.array([t.xyxy for t in tracked]), np.array([t.xyxy for t in lost]))
+    drop_tracked, drop_lost = set(), set()
+    for i, j in zip(*np.nonzero(cost < DUPLICATE_MAX_COST)):
+        if frame_id - tracked[i].start_frame > frame_id - lost[j].start_frame:
+            drop_lost.add(j)
+        else:
+            drop_tracked.add(i)
+    return [t for i, t in enumerate(tracked) if i not in drop_tracked], [
+        t for j, t in enumerate(lost) if j not in drop_lost
+    ]

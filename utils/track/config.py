@@ -1,0 +1,105 @@
+"""Tracker settings: Ultralytics' tracker YAML keys and defaults, read as bounded data and checked.
+
+A user's bytetrack.yaml or botsort.yaml from Ultralytics works as it is. Every key either file may hold is accepted
+by both tracker types (ByteTrack ignores BoT-SORT's); any other key, a file that is not a mapping, a value of the wrong
+type or out of range is one TrackerError line.
+"""
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from utils.errors import TrackerError
+from utils.files import DATA_DIR
+from utils.safe_yaml import read_yaml
+
+TRACKER_TYPES = ("bytetrack", "botsort")
+GMC_METHODS = ("sparseOptFlow", "orb", "sift", "ecc", "none")
+MAX_TRACK_BUFFER = 100_000  # frames a lost track is kept; more would only grow the lost list without bound
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """One tracker's settings (Ultralytics' names and defaults)."""
+
+    tracker_type: str = "botsort"
+    track_high_thresh: float = 0.25  # detections at or above it take part in the first association
+    track_low_thresh: float = 0.1  # those between it and track_high_thresh in the second
+    new_track_thresh: float = 0.25  # an unmatched detection starts a track at or above it
+    track_buffer: int = 30  # frames (at 30 FPS) a lost track is kept before it is removed
+    match_thresh: float = 0.8  # largest 1 - IoU (times score with fuse_score) of a first-stage match
+    fuse_score: bool = True
+    gmc_method: str = "sparseOptFlow"  # BoT-SORT's camera-motion compensation
+    proximity_thresh: float = 0.5  # ReID settings, read and checked; ReID itself is not available yet
+    appearance_thresh: float = 0.8
+    with_reid: bool = False
+    model: str = "auto"
+
+
+def resolve_tracker_file(name: str | Path) -> Path:
+    """The YAML for a tracker name: 'bytetrack'/'botsort' (with or without .yaml) are ours in data/, anything else
+    a path to a user's file."""
+    text = str(name)
+    stem = text[:-5] if text.endswith(".yaml") else text
+    if stem in TRACKER_TYPES and not Path(text).exists():
+        return DATA_DIR / f"{stem}.yaml"
+    path = Path(text)
+    if not path.is_file():
+        raise TrackerError(
+            f"tracker '{text}' is neither {' nor '.join(t + '.yaml' for t in TRACKER_TYPES)} nor an existing YAML file"
+        )
+    return path
+
+
+def _check_value(source: str, key: str, value, default):
+    """value converted to the type of default, or TrackerError."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise TrackerError(f"{source}: {key} must be true or false, got {value!r}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TRACK_BUFFER:
+            raise TrackerError(f"{source}: {key} must be a whole number from 1 to {MAX_TRACK_BUFFER}, got {value!r}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise TrackerError(f"{source}: {key} must be a number from 0 to 1, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise TrackerError(f"{source}: {key} must be a string, got {value!r}")
+    return value
+
+
+def tracker_config_from_dict(data, source: str) -> TrackerConfig:
+    """A TrackerConfig from parsed YAML data, checked (source names the file in messages)."""
+    if not isinstance(data, dict):
+        raise TrackerError(f"{source} must be a mapping of tracker settings (key: value), not {type(data).__name__}")
+    defaults = {f.name: f.default for f in fields(TrackerConfig)}
+    unknown = sorted(str(k) for k in data if k not in defaults)
+    if unknown:
+        raise TrackerError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(defaults)}")
+    if "tracker_type" not in data:
+        raise TrackerError(f"{source}: tracker_type is missing (one of {', '.join(TRACKER_TYPES)})")
+    values = {k: _check_value(source, k, v, defaults[k]) for k, v in data.items()}
+    if values["tracker_type"] not in TRACKER_TYPES:
+        raise TrackerError(
+            f"{source}: tracker_type must be one of {', '.join(TRACKER_TYPES)}, got {data['tracker_type']!r}"
+        )
+    if values.get("gmc_method", "none") not in GMC_METHODS:
+        raise TrackerError(
+            f"{source}: gmc_method must be one of {', '.join(GMC_METHODS)}, got {values['gmc_method']!r}"
+        )
+    config = TrackerConfig(**values)
+    if config.track_low_thresh > config.track_high_thresh:
+        raise TrackerError(
+            f"{source}: track_low_thresh ({config.track_low_thresh}) is above track_high_thresh "
+            f"({config.track_high_thresh}): no detection could reach the second association"
+        )
+    if config.with_reid:
+        raise TrackerError(f"{source}: with_reid: true is not supported yet (appearance ReID is a later step)")
+    return config
+
+
+def load_tracker_config(name: str | Path) -> TrackerConfig:
+    """Read and check a tracker YAML given by name (bytetrack.yaml, botsort.yaml) or path."""
+    path = resolve_tracker_file(name)
+    return tracker_config_from_dict(read_yaml(path, TrackerError), str(path))

@@ -1,0 +1,85 @@
+"""Camera-motion estimate between consecutive frames (BoT-SORT's global motion compensation), through OpenCV.
+
+Each method returns the 2x3 affine that maps the previous frame's pixels onto the current one's, found on a
+downscaled grey image (2x, as BoT-SORT does) and scaled back: sparseOptFlow tracks corners with pyramidal
+Lucas-Kanade, orb and sift match keypoints, ecc aligns the images by enhanced correlation; the point methods fit a
+partial affine (rotation, uniform scale, shift) robustly with RANSAC. When an estimate fails (too few points, a blank
+frame) the motion is taken as none.
+"""
+
+import cv2
+import numpy as np
+
+IDENTITY = np.eye(2, 3)
+DOWNSCALE = 2
+
+
+class CameraMotion:
+    """Keeps the previous frame's features; `estimate(frame)` gives the affine from the previous frame to this one."""
+
+    def __init__(self, method: str = "sparseOptFlow"):
+        self.method = method
+        self.previous = None  # the previous frame's grey image, and its keypoints/descriptors for orb/sift
+        if method == "orb":
+            self.detector, self.norm = cv2.ORB_create(), cv2.NORM_HAMMING
+        elif method == "sift":
+            self.detector, self.norm = cv2.SIFT_create(nOctaveLayers=3, contrastThreshold=0.02), cv2.NORM_L2
+
+    def reset(self) -> None:
+        self.previous = None
+
+    def estimate(self, frame: np.ndarray | None) -> np.ndarray:
+        if self.method == "none" or frame is None:
+            return IDENTITY.copy()
+        grey = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY) if frame.ndim == 3 else frame
+        h, w = grey.shape[:2]
+        grey = cv2.resize(grey, (max(w // DOWNSCALE, 1), max(h // DOWNSCALE, 1)))
+        if self.method == "ecc":
+            affine = self._ecc(grey)
+        elif self.method == "sparseOptFlow":
+            affine = self._optical_flow(grey)
+        else:
+            affine = self._features(grey)
+        affine[:, 2] *= DOWNSCALE  # the shift back in full-size pixels
+        return affine
+
+    def _optical_flow(self, grey: np.ndarray) -> np.ndarray:
+        corners = cv2.goodFeaturesToTrack(grey, maxCorners=1000, qualityLevel=0.01, minDistance=1, blockSize=3)
+        previous, self.previous = self.previous, (grey, corners)
+        if previous is None or previous[1] is None or corners is None:
+            return IDENTITY.copy()
+        moved, status, _ = cv2.calcOpticalFlowPyrLK(previous[0], grey, previous[1], None)
+        ok = status.ravel() == 1
+        return _fit(previous[1][ok], moved[ok])
+
+    def _features(self, grey: np.ndarray) -> np.ndarray:
+        keypoints, descriptors = self.detector.detectAndCompute(grey, None)
+        previous, self.previous = self.previous, (keypoints, descriptors)
+        if previous is None or previous[1] is None or descriptors is None or len(keypoints) < 4:
+            return IDENTITY.copy()
+        pairs = cv2.BFMatcher(self.norm).knnMatch(previous[1], descriptors, k=2)
+        good = [p[0] for p in pairs if len(p) == 2 and p[0].distance < 0.9 * p[1].distance]  # Lowe's ratio test
+        src = np.float32([previous[0][m.queryIdx].pt for m in good])
+        dst = np.float32([keypoints[m.trainIdx].pt for m in good])
+        return _fit(src, dst)
+
+    def _ecc(self, grey: np.ndarray) -> np.ndarray:
+        grey = cv2.GaussianBlur(grey, (3, 3), 1.5)
+        previous, self.previous = self.previous, grey
+        if previous is None:
+            return IDENTITY.copy()
+        warp = np.eye(2, 3, dtype=np.float32)
+        criteria = (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 100, 1e-5)
+        try:
+            _, warp = cv2.findTransformECC(previous, grey, warp, cv2.MOTION_EUCLIDEAN, criteria, None, 1)
+        except cv2.error:  # no convergence (a blank or uniform frame): take the camera as still
+            return IDENTITY.copy()
+        return warp.astype(np.float64)  # maps previous-frame pixels x to current ones: current(W x) = previous(x)
+
+
+def _fit(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The partial affine from points src to dst (RANSAC), or the identity with fewer than 4 pairs or no fit."""
+    if len(src) < 4:
+        return IDENTITY.copy()
+    affine, _ = cv2.estimateAffinePartial2D(src.reshape(-1, 2), dst.reshape(-1, 2), method=cv2.RANSAC)
+    return IDENTITY.copy() if affine is None else affine.astype(np.float64)

@@ -1,0 +1,73 @@
+"""A constant-velocity Kalman filter on boxes, the motion model of both trackers.
+
+The state is (cx, cy, w, h) and their velocities per frame; a detection measures (cx, cy, w, h). Noise scales with
+the box's size (a large box moves more pixels per frame and its edges are less precise), with ByteTrack's and
+BoT-SORT's weights: 1/20 of the size for positions, 1/160 for velocities. Every method works on a stack of n tracks
+at once (means (n, 8), covariances (n, 8, 8)), so a frame costs a few array operations whatever n is.
+"""
+
+import numpy as np
+import scipy.linalg
+
+STD_POSITION = 1.0 / 20
+STD_VELOCITY = 1.0 / 160
+MOTION = np.eye(8) + np.eye(8, k=4)  # x_{t+1} = x_t + v_t
+OBSERVATION = np.eye(4, 8)  # a detection sees the box, not its velocity
+
+
+def _sizes(boxes: np.ndarray) -> np.ndarray:
+    """(n, 4) of (w, h, w, h) per box of an (n, >=4) cx, cy, w, h array: the scale of each coordinate's noise."""
+    wh = np.maximum(boxes[:, 2:4], 1e-3)
+    return np.concatenate([wh, wh], axis=1)
+
+
+def initiate(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Means and covariances of new tracks from (n, 4) cx, cy, w, h detections: at rest, velocity uncertain."""
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    mean = np.concatenate([boxes, np.zeros_like(boxes)], axis=1)
+    size = _sizes(boxes)
+    std = np.concatenate([2 * STD_POSITION * size, 10 * STD_VELOCITY * size], axis=1)
+    return mean, np.einsum("ni,ij->nij", std**2, np.eye(8))
+
+
+def predict(mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One frame ahead: mean F x, covariance F P F^T + Q (Q from each box's current size)."""
+    if not len(mean):
+        return mean, covariance
+    size = _sizes(mean)
+    std = np.concatenate([STD_POSITION * size, STD_VELOCITY * size], axis=1)
+    new_mean = mean @ MOTION.T
+    new_cov = MOTION @ covariance @ MOTION.T + np.einsum("ni,ij->nij", std**2, np.eye(8))
+    return new_mean, new_cov
+
+
+def project(mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The predicted measurement (n, 4) and its covariance (n, 4, 4) including the detector's noise R."""
+    std = STD_POSITION * _sizes(mean)
+    cov = OBSERVATION @ covariance @ OBSERVATION.T + np.einsum("ni,ij->nij", std**2, np.eye(4))
+    return mean @ OBSERVATION.T, cov
+
+
+def update(mean: np.ndarray, covariance: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Correct n tracks with their matched (n, 4) cx, cy, w, h detections (the standard Kalman update)."""
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    new_mean, new_cov = np.empty_like(mean), np.empty_like(covariance)
+    projected, projected_cov = project(mean, covariance)
+    for i in range(len(mean)):  # n is the matched tracks of one frame: a Cholesky solve each is cheap
+        cross = covariance[i] @ OBSERVATION.T  # (8, 4)
+        chol = scipy.linalg.cho_factor(projected_cov[i], lower=True, check_finite=False)
+        gain = scipy.linalg.cho_solve(chol, cross.T, check_finite=False).T  # (8, 4)
+        new_mean[i] = mean[i] + gain @ (boxes[i] - projected[i])
+        new_cov[i] = covariance[i] - gain @ projected_cov[i] @ gain.T
+    return new_mean, new_cov
+
+
+def warp(mean: np.ndarray, covariance: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Move n tracks by a 2x3 camera-motion affine (BoT-SORT's compensation): its 2x2 part acts on every (x, y)
+    pair of the state (position, size, and their velocities), its translation on the position."""
+    if not len(mean):
+        return mean, covariance
+    linear = np.kron(np.eye(4), affine[:, :2])  # (8, 8)
+    new_mean = mean @ linear.T
+    new_mean[:, :2] += affine[:, 2]
+    return new_mean, linear @ covariance @ linear.T

@@ -1,0 +1,78 @@
+"""One tracked object: its Kalman state, identity and life cycle (new -> tracked <-> lost -> removed)."""
+
+from enum import Enum
+
+import numpy as np
+
+from utils.track import kalman
+
+
+class TrackState(Enum):
+    NEW = 0
+    TRACKED = 1
+    LOST = 2
+    REMOVED = 3
+
+
+def xyxy_to_cxcywh(boxes: np.ndarray) -> np.ndarray:
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    return np.concatenate([(boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]], axis=1)
+
+
+class Track:
+    """A track's state. A new track is 'unconfirmed' (not activated) until a second detection matches it, except on
+    a tracker's first frame, where every confident detection starts a confirmed track."""
+
+    def __init__(self, box_xyxy: np.ndarray, score: float, cls: float, det_index: int):
+        self.box = np.asarray(box_xyxy, np.float64)  # the detection it was made from (until activated)
+        self.score, self.cls, self.det_index = float(score), float(cls), int(det_index)
+        self.mean: np.ndarray | None = None
+        self.covariance: np.ndarray | None = None
+        self.track_id = 0
+        self.state = TrackState.NEW
+        self.is_activated = False
+        self.start_frame = self.frame_id = 0
+
+    def activate(self, track_id: int, frame_id: int, confirmed: bool) -> None:
+        mean, cov = kalman.initiate(xyxy_to_cxcywh(self.box))
+        self.mean, self.covariance = mean[0], cov[0]
+        self.track_id, self.state, self.is_activated = track_id, TrackState.TRACKED, confirmed
+        self.start_frame = self.frame_id = frame_id
+
+    def update(self, detection: "Track", frame_id: int) -> None:
+        """Correct with a matched detection; a lost track found again keeps its identity."""
+        mean, cov = kalman.update(self.mean[None], self.covariance[None], xyxy_to_cxcywh(detection.box))
+        self.mean, self.covariance = mean[0], cov[0]
+        self.score, self.cls, self.det_index = detection.score, detection.cls, detection.det_index
+        self.state, self.is_activated, self.frame_id = TrackState.TRACKED, True, frame_id
+
+    @property
+    def xyxy(self) -> np.ndarray:
+        """The box now: the Kalman estimate once activated, else the detection's."""
+        if self.mean is None:
+            return self.box.copy()
+        cx, cy, w, h = self.mean[:4]
+        return np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+
+
+def predict_all(tracks: list[Track]) -> None:
+    """Move every track one frame ahead. A track that is not being seen keeps its size: its size velocity is set to
+    0, so a box cannot grow or shrink without bound while nothing measures it."""
+    if not tracks:
+        return
+    mean = np.stack([t.mean for t in tracks])
+    cov = np.stack([t.covariance for t in tracks])
+    unseen = np.array([t.state != TrackState.TRACKED for t in tracks])
+    mean[unseen, 6:8] = 0
+    mean, cov = kalman.predict(mean, cov)
+    for t, m, c in zip(tracks, mean, cov):
+        t.mean, t.covariance = m, c
+
+
+def warp_all(tracks: list[Track], affine: np.ndarray) -> None:
+    """Apply a camera-motion affine (2x3) to every track's state."""
+    if not tracks or np.allclose(affine, np.eye(2, 3)):
+        return
+    mean, cov = kalman.warp(np.stack([t.mean for t in tracks]), np.stack([t.covariance for t in tracks]), affine)
+    for t, m, c in zip(tracks, mean, cov):
+        t.mean, t.covariance = m, c
