@@ -59,7 +59,7 @@ def test_weak_detections_keep_a_track_but_do_not_start_one(tracker):
 def test_occluded_object_comes_back_with_its_identity(tracker):
     for t in range(10):
         tracker.update(np.array([_det(10 + 2 * t, 10), _det(100, 100)]))
-    for t in range(10, 20):  # the first object is hidden for 10 frames (within track_buffer=30)
+    for _ in range(10, 20):  # the first object is hidden for 10 frames (within track_buffer=30)
         out = tracker.update(np.array([_det(100, 100)]))
         assert list(out[:, 4]) == [2]
     out = tracker.update(np.array([_det(10 + 2 * 20, 10), _det(100, 100)]))
