@@ -109,8 +109,10 @@ def _sequence(gt: np.ndarray, tracks: np.ndarray, min_visibility: float) -> dict
 
 def score_tracks(gt: np.ndarray, tracks: np.ndarray, min_visibility: float = 0.0) -> TrackScores:
     """HOTA (mean over IoU thresholds 0.05..0.95), MOTA, IDF1 and ID switches of tracks against ground truth."""
-    from trackeval.metrics import CLEAR, HOTA, Identity  # TrackEval is needed only for scoring
-
+    try:
+        from trackeval.metrics import CLEAR, HOTA, Identity  # TrackEval is needed only for scoring
+    except ImportError:
+        raise MetricsError("scoring tracks needs TrackEval: pip install trackeval") from None
     data = _sequence(gt, tracks, min_visibility)
     hota = HOTA().eval_sequence(data)
     clear = CLEAR({"THRESHOLD": MATCH_IOU, "PRINT_CONFIG": False}).eval_sequence(data)
