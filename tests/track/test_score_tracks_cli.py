@@ -1,14 +1,10 @@
 """score_tracks.py: one line of scores per track file; a bad file is one ERROR line."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import score_tracks
+from utils.cli import run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("trackeval")
 
 
@@ -23,13 +19,10 @@ def test_scores_each_file(tmp_path, capsys):
     assert "MOTA 50.00" in lines[1] and "FN 5" in lines[1]
 
 
-def test_bad_file_is_one_error_line(tmp_path):
+def test_bad_file_is_one_error_line(tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_text("not,a,row\n")
-    run = subprocess.run(
-        [sys.executable, "score_tracks.py", "--gt", str(bad), "--tracks", str(bad)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 1 and run.stderr.strip().startswith("ERROR: ") and len(run.stderr.splitlines()) == 1
+    assert run_cli(lambda: score_tracks.main(["--gt", str(bad), "--tracks", str(bad)])) == 1
+    out = capsys.readouterr()
+    lines = (out.out + out.err).splitlines()
+    assert lines == [f"ERROR: {bad}:1 is not a MOTChallenge row (comma-separated numbers)"]
