@@ -19,10 +19,8 @@ def test_scores_each_file(tmp_path, capsys):
     assert "MOTA 50.00" in lines[1] and "FN 5" in lines[1]
 
 
-def test_bad_file_is_one_error_line(tmp_path, capsys):
+def test_bad_file_is_one_error_line(tmp_path, log):
     bad = tmp_path / "bad.txt"
     bad.write_text("not,a,row\n")
     assert run_cli(lambda: score_tracks.main(["--gt", str(bad), "--tracks", str(bad)])) == 1
-    out = capsys.readouterr()
-    lines = (out.out + out.err).splitlines()
-    assert lines == [f"ERROR: {bad}:1 is not a MOTChallenge row (comma-separated numbers)"]
+    assert log.messages == [f"ERROR: {bad}:1 is not a MOTChallenge row (comma-separated numbers)"]
