@@ -33,7 +33,7 @@ from utils.data.loader import create_dataloader  # noqa: E402
 from utils.data.shapes import generate_shapes, write_data_yaml  # noqa: E402
 from utils.eval.validate_weights import run as validate_weights  # noqa: E402
 from utils.torch_utils import ModelEMA, cpu_supports_bf16  # noqa: E402
-from utils.train.setup import build_loss, is_anchor_free_model, lr_lambda, smart_optimizer  # noqa: E402
+from utils.train.setup import build_loss, lr_lambda, smart_optimizer  # noqa: E402
 from utils.train.step import TrainingParts, apply_warmup, loss_gains, train_step, warmup_values  # noqa: E402
 
 MODEL = {"cfg": "yolov5s.yaml"}  # the model config every part trains (--cfg)
@@ -59,8 +59,8 @@ def _amp_parts(data: dict, img: int, device: torch.device) -> tuple[TrainingPart
     """yolov5s with train.py's optimizer groups, schedule, loss gains and EMA, and a GradScaler that grows fast."""
     low = torch.float16 if device.type == "cuda" else torch.bfloat16
     model = Model(MODEL["cfg"], nc=data["nc"]).to(device).train()
-    hyp_file = "hyp.anchor_free.yaml" if is_anchor_free_model(model) else "hyp.scratch.yaml"  # as train.py picks
-    hyp = loss_gains(load_hyp(hyp_file), model.model[-1].nl, data["nc"], img)
+    hyp_file = model.family.hyp_file  # the family's default, as train.py picks
+    hyp = loss_gains(load_hyp(hyp_file), model.model[-1].nl, data["nc"], img, scaled=model.family.anchors)
     optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
     scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda(1, hyp["lrf"]))
     scaler = torch.amp.GradScaler(device.type, growth_interval=10)  # grows after 10 clean steps: the scale must move
