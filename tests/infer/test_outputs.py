@@ -5,7 +5,16 @@ import numpy as np
 import pytest
 
 from utils.errors import DetectError
-from utils.infer.outputs import OutputNames, OutputOptions, Outputs, crop_folder, make_save_dir, output_stem
+from utils.infer.outputs import (
+    OutputNames,
+    OutputOptions,
+    Outputs,
+    Tracked,
+    crop_folder,
+    make_save_dir,
+    mot_rows,
+    output_stem,
+)
 from utils.infer.predict import ImageResult, Prediction
 
 
@@ -87,3 +96,45 @@ def test_make_save_dir(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(DetectError, match="cannot create the output folder"):
         make_save_dir(tmp_path / "file", "exp", False)
+
+
+def test_tracked_frames_write_ids_in_labels_and_one_mot_file_per_sequence(tmp_path):
+    options = OutputOptions(save_txt=True, save_conf=True, line_thickness=2)
+    outputs = Outputs(tmp_path, ["cat", "dog"], options)
+    ids = np.array([7, 3])
+    for frame in (1, 2):
+        outputs.write(_prediction("in/clip.mp4", BOXES, frame, video=True), Tracked(ids, "in/clip.mp4", frame))
+    outputs.write(_prediction("in/seq/000001.jpg", BOXES[:1]), Tracked(ids[:1], "in/seq", 1))
+    outputs.write(_prediction("in/other/clip.mp4", BOXES[1:], 1, video=True), Tracked(ids[1:], "in/other/clip.mp4", 1))
+    outputs.close()
+    # the identity is the last column, after the confidence; rows lowest confidence first as before
+    assert (tmp_path / "labels" / "clip_2.txt").read_text().splitlines() == [
+        "0 0.125 0.25 0.25 0.5 0.3 3",
+        "1 0.5 0.5 0.6 0.6 0.9 7",
+    ]
+    mot = (tmp_path / "tracks" / "clip.txt").read_text().splitlines()
+    assert mot == [
+        "1,7,40.00,20.00,120.00,60.00,0.9000,-1,-1,-1",
+        "1,3,0.00,0.00,50.00,50.00,0.3000,-1,-1,-1",
+        "2,7,40.00,20.00,120.00,60.00,0.9000,-1,-1,-1",
+        "2,3,0.00,0.00,50.00,50.00,0.3000,-1,-1,-1",
+    ]
+    assert (tmp_path / "tracks" / "seq.txt").read_text() == "1,7,40.00,20.00,120.00,60.00,0.9000,-1,-1,-1\n"
+    assert (tmp_path / "tracks" / "clip_2.txt").read_text().startswith("1,3,")  # same stem, its own file
+    untracked = Outputs(tmp_path / "b", ["cat", "dog"], options)
+    untracked.write(_prediction("in/clip.mp4", BOXES, 1, video=True))
+    assert not (tmp_path / "b" / "tracks").exists()
+
+
+def test_tracked_boxes_are_drawn_in_their_identitys_colour(tmp_path):
+    outputs = Outputs(tmp_path, ["cat", "dog"], OutputOptions(line_thickness=2, hide_labels=True))
+    one = [[40, 20, 160, 80, 0.9, 1]]
+    outputs.write(_prediction("in/a.png", one), Tracked(np.array([5]), "in", 1))
+    outputs.write(_prediction("in/b.png", one), Tracked(np.array([6]), "in", 2))
+    a, b = cv2.imread(str(tmp_path / "a.png")), cv2.imread(str(tmp_path / "b.png"))
+    assert tuple(a[20, 100]) != tuple(b[20, 100])  # same class, other identity: another colour on the box edge
+
+
+def test_mot_rows():
+    rows = mot_rows(12, np.array([[10.0, 20.0, 40.0, 60.0, 0.5, 2.0]]), np.array([4]))
+    assert rows == "12,4,10.00,20.00,30.00,40.00,0.5000,-1,-1,-1\n"

@@ -43,6 +43,23 @@ class OutputOptions:
         return self.save_img or self.save_txt or self.save_crop
 
 
+@dataclass
+class Tracked:
+    """Tracking's part of one image or frame: an identity per row of its boxes, and where it sits in its sequence."""
+
+    ids: np.ndarray  # (n,) track id of each row of the prediction's boxes
+    sequence: str  # the video, stream or image folder the frame belongs to: one MOTChallenge file each
+    frame: int  # 1-based index of the frame in that sequence
+
+
+def mot_rows(frame: int, boxes: np.ndarray, ids: np.ndarray) -> str:
+    """MOTChallenge rows `frame,id,x,y,w,h,conf,-1,-1,-1` (pixels, top-left corner) of tracked (n, 6) xyxy boxes."""
+    return "".join(
+        f"{frame},{int(i)},{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f},{conf:.4f},-1,-1,-1\n"
+        for (x1, y1, x2, y2, conf, _), i in zip(boxes.tolist(), ids.tolist())
+    )
+
+
 def output_stem(stem: str, frame: int = 0) -> str:
     """Stem of the label, crop and image files of one image (frame 0) or one video frame ('clip_12')."""
     return stem if frame == 0 else f"{stem}_{frame}"
@@ -207,6 +224,42 @@ class VideoWriter:
             self.writer, self.path = None, ""
 
 
+class MotFiles:
+    """One MOTChallenge file per tracked sequence, tracks/<sequence stem>.txt, appended to frame by frame (one file
+    open at a time: a run reads its sequences one after another). Sequences with the same stem get _2, _3 ..."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.files: dict[str, Path] = {}
+        self.handle = None
+        self.open_sequence = ""
+
+    def path(self, sequence: str) -> Path:
+        if sequence not in self.files:
+            stem, n = Path(sequence).stem or "stream", 1
+            taken = {p.name for p in self.files.values()}
+            while (name := f"{stem}{'_' + str(n) if n > 1 else ''}.txt") in taken:
+                n += 1
+            self.files[sequence] = self.folder / name
+        return self.files[sequence]
+
+    def write(self, tracked: Tracked, boxes: np.ndarray, may_write) -> None:
+        if tracked.sequence != self.open_sequence:
+            self.close()
+            file = self.path(tracked.sequence)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if not may_write(file):
+                return
+            self.handle, self.open_sequence = open(file, "w", encoding="utf-8"), tracked.sequence
+        if self.handle is not None:
+            self.handle.write(mot_rows(tracked.frame, boxes, tracked.ids))
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        self.handle, self.open_sequence = None, ""
+
+
 class Outputs:
     """Everything detection writes or shows for each Prediction, configured by one OutputOptions.
 
@@ -225,6 +278,7 @@ class Outputs:
         self.written: set[Path] = set()  # files this run wrote (or may write: a video being written)
         self.refused: set[Path] = set()  # files it was refused to write, warned about once
         self.labels: set[Path] = set()  # the label files this run wrote
+        self.tracks = MotFiles(save_dir / "tracks")
         if options.save_txt:
             (save_dir / "labels").mkdir(parents=True, exist_ok=True)
             clear_stale_labels(save_dir / "labels", self.inputs)
@@ -258,19 +312,21 @@ class Outputs:
             self.stem = self.names_taken.claim(path, prediction.video) if writes else Path(path).stem
         return self.stem
 
-    def write(self, prediction: Prediction) -> bool:
-        """Write labels, crops and the annotated image or frame; False when the viewer asked to stop ('q')."""
+    def write(self, prediction: Prediction, tracked: Tracked | None = None) -> bool:
+        """Write labels, crops and the annotated image or frame; False when the viewer asked to stop ('q'). With
+        tracked, boxes are labelled with their identities, which also end each --save-txt row and go to the
+        sequence's MOTChallenge file tracks/<sequence>.txt."""
         o, result = self.options, prediction.result
         stem = self._locate(prediction)
         name = output_stem(stem, result.frame)
         label_file = self.save_dir / "labels" / f"{name}.txt"
         if o.save_txt and len(result.boxes) and self.may_write(label_file):
-            boxes = torch.from_numpy(result.boxes).flip(0)  # lowest confidence first, as YOLOv5 writes them
-            write_yolo_labels(label_file, boxes, result.shape, o.save_conf)  # a new file each time, not appended
-            self.labels.add(label_file)
+            self._write_labels(label_file, result, tracked)
+        if tracked is not None and o.writes_files:
+            self.tracks.write(tracked, result.boxes, self.may_write)
         if not (o.save_img or o.save_crop or self.view):
             return True
-        annotated = self._draw(prediction.image, result.boxes, name)
+        annotated = self._draw(prediction.image, result.boxes, name, None if tracked is None else tracked.ids)
         video_file = self.save_dir / f"{stem}.mp4"
         if o.save_img and result.frame == 0:
             write_image(self.save_dir / f"{name}{Path(result.path).suffix}", annotated, self.may_write)
@@ -281,16 +337,29 @@ class Outputs:
             return cv2.waitKey(1) != ord("q")
         return True
 
-    def _draw(self, image: np.ndarray, boxes: np.ndarray, name: str) -> np.ndarray:
-        """Boxes and labels drawn on image (in place); crops saved from an untouched copy first."""
+    def _write_labels(self, file: Path, result, tracked: Tracked | None) -> None:
+        boxes = torch.from_numpy(result.boxes).flip(0)  # lowest confidence first, as YOLOv5 writes them
+        write_yolo_labels(file, boxes, result.shape, self.options.save_conf)  # a new file each time, not appended
+        if tracked is not None:  # the track id as the last column of each row (rows are in the order written)
+            lines = file.read_text().splitlines()
+            ids = tracked.ids[::-1].tolist()
+            file.write_text("".join(f"{line} {int(i)}\n" for line, i in zip(lines, ids)))
+        self.labels.add(file)
+
+    def _draw(self, image: np.ndarray, boxes: np.ndarray, name: str, ids: np.ndarray | None = None) -> np.ndarray:
+        """Boxes and labels drawn on image (in place); crops saved from an untouched copy first. With ids, each box
+        is labelled 'id:<n>' first and coloured by its identity, so one object keeps its colour from frame to frame."""
         o = self.options
         crop_source = image.copy() if o.save_crop else None
         annotator = Annotator(image, line_width=o.line_thickness)
-        for *xyxy, conf, cls in reversed(boxes.tolist()):
+        id_list = [None] * len(boxes) if ids is None else ids.tolist()
+        for (*xyxy, conf, cls), track_id in zip(reversed(boxes.tolist()), reversed(id_list)):
             c, cls_name = int(cls), self.names[int(cls)]
             if o.save_img or self.view:
                 label = "" if o.hide_labels else (cls_name if o.hide_conf else f"{cls_name} {conf:.2f}")
-                annotator.box_label(xyxy, label, color=colors(c, bgr=True))
+                if track_id is not None:
+                    label = f"id:{int(track_id)} {label}".strip()
+                annotator.box_label(xyxy, label, color=colors(c if track_id is None else int(track_id), bgr=True))
             if o.save_crop:
                 save_one_box(xyxy, crop_source, file=self.save_dir / "crops" / crop_folder(cls_name, c) / f"{name}.jpg")
         return annotator.result()
@@ -307,5 +376,6 @@ class Outputs:
         return f"Results saved to {self.save_dir}{labels}"
 
     def close(self) -> None:
-        """Finish the open video, if any."""
+        """Finish the open video and MOTChallenge file, if any."""
         self.video.close()
+        self.tracks.close()

@@ -1,0 +1,89 @@
+"""Tracking costs on this CPU: ByteTrack's update per frame at 50 objects (detection time not included), and
+BoT-SORT's camera-motion compensation per frame at 640x360 and 1920x1080 for each gmc_method.
+
+Usage: python benchmarks/bench_tracking.py [--repeats 5] [--frames 300]
+Each figure is the mean per frame of one run over the frames, as the min and median of --repeats runs, after a
+warm-up run. The objects move on straight lines with detector-like noise, some of them weak (score below
+track_high_thresh) and a few false positives, so both association stages and track births and deaths take part.
+"""
+
+import argparse
+import json
+import platform
+import time
+
+import numpy as np
+from bench_common import _stats
+
+from utils.track.byte_tracker import ByteTracker
+from utils.track.config import load_tracker_config
+from utils.track.gmc import CameraMotion
+from utils.track.synth import SceneOptions, SceneRenderer
+
+
+def _detections(n_objects: int, frames: int, seed: int = 0) -> list[np.ndarray]:
+    """Per frame (n, 6) x1, y1, x2, y2, score, cls of n_objects moving boxes in a 1920x1080 frame, plus clutter."""
+    rng = np.random.default_rng(seed)
+    start = rng.uniform([0, 0], [1800, 1000], (n_objects, 2))
+    velocity = rng.normal(0, 3, (n_objects, 2))
+    size = rng.uniform(20, 80, (n_objects, 2))
+    out = []
+    for t in range(frames):
+        xy = start + velocity * t + rng.normal(0, 1.5, (n_objects, 2))
+        score = np.clip(rng.normal(0.7, 0.2, n_objects), 0.05, 0.99)  # some weak, a few dropped below 0.1
+        boxes = np.c_[xy, xy + size, score, rng.integers(0, 5, n_objects)]
+        clutter = np.c_[
+            rng.uniform(0, 1800, (3, 2)), rng.uniform(0, 1800, (3, 2)), rng.uniform(0.1, 0.4, 3), np.zeros(3)
+        ]
+        clutter[:, 2:4] = clutter[:, :2] + 30
+        out.append(np.r_[boxes, clutter])
+    return out
+
+
+def bench_bytetrack(n_objects: int, frames: int, repeats: int) -> dict:
+    detections = _detections(n_objects, frames)
+    config = load_tracker_config("bytetrack.yaml")
+    per_frame = []
+    for run in range(repeats + 1):
+        tracker = ByteTracker(config)
+        t0 = time.perf_counter()
+        for d in detections:
+            tracker.update(d)
+        if run:  # the first run warms up
+            per_frame.append(1e3 * (time.perf_counter() - t0) / frames)
+    return {"objects": n_objects, "tracked_last_frame": len(tracker.tracked), "ms_per_frame": _stats(per_frame)}
+
+
+def bench_gmc(width: int, height: int, method: str, frames: int, repeats: int) -> dict:
+    renderer = SceneRenderer(SceneOptions(frames=frames, width=width, height=height, seed=0))
+    images = [renderer.frame(t)[0] for t in range(frames)]
+    per_frame = []
+    for run in range(repeats + 1):
+        motion = CameraMotion(method)
+        t0 = time.perf_counter()
+        for image in images:
+            motion.estimate(image)
+        if run:
+            per_frame.append(1e3 * (time.perf_counter() - t0) / frames)
+    return {"size": f"{width}x{height}", "gmc_method": method, "ms_per_frame": _stats(per_frame)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--frames", type=int, default=300, help="frames per ByteTrack run")
+    ap.add_argument("--gmc-frames", type=int, default=30, help="frames per motion-compensation run")
+    args = ap.parse_args()
+    rows = [bench_bytetrack(n, args.frames, args.repeats) for n in (10, 50, 200)]
+    for width, height in ((640, 360), (1920, 1080)):
+        rows += [bench_gmc(width, height, m, args.gmc_frames, args.repeats) for m in ("sparseOptFlow", "orb", "ecc")]
+    print(f"CPU: {platform.processor() or platform.machine()}")
+    print("| what | min ms/frame | median ms/frame |\n|---|---|---|")
+    for row in rows:
+        what = f"ByteTrack, {row['objects']} objects" if "objects" in row else f"GMC {row['gmc_method']}, {row['size']}"
+        print(f"| {what} | {row['ms_per_frame']['min']} | {row['ms_per_frame']['median']} |")
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
