@@ -12,8 +12,6 @@ import sys
 import threading
 from collections.abc import Callable
 
-import torch
-
 from utils.errors import YoloError
 from utils.log import LOGGER, one_line
 from utils.text import escape_controls
@@ -95,7 +93,8 @@ _OUT_OF_MEMORY_MARKS = (
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether error says that an allocation failed, on any device: MemoryError, torch.OutOfMemoryError, ENOMEM,
     or a library's own exception whose text says so (torch's CPU allocator raises a plain RuntimeError)."""
-    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+    torch = sys.modules.get("torch")  # not imported here: test.py --pred-json runs without torch
+    if isinstance(error, MemoryError) or (torch is not None and isinstance(error, torch.OutOfMemoryError)):
         return True
     if isinstance(error, OSError):
         return error.errno == errno.ENOMEM
