@@ -217,10 +217,16 @@ def test_training_refuses_dataset_without_labels(tmp_path, log):
     with pytest.raises(DatasetError) as e:
         create_dataloader(images, 64, 16, 32, workers=0, require_labels=True)
     msg = str(e.value)
-    assert f"no labels found in {tmp_path / 'labels' / 'train'} for the 8 images in {images}" in msg
+    lb = tmp_path / "labels" / "train"
+    assert f"all 1 label files in {lb} are empty and 7 of the 8 images in {images} have none" in msg
     assert "\n" not in msg
     loader, ds = create_dataloader(images, 64, 16, 32, workers=0)  # validation: a warning only
-    assert len(ds) == 8 and any("no labels found" in w for w in warnings_of(log))
+    assert len(ds) == 8 and any("training needs at least one labelled box" in w for w in warnings_of(log))
+    (lb / "0.txt").unlink()
+    with pytest.raises(DatasetError, match=f"no labels found in {lb} for the 8 images in {images}: training needs"):
+        create_dataloader(images, 64, 16, 32, workers=0, require_labels=True)
+    assert not list(tmp_path.rglob("*.yolo-labels.npz"))  # a split without boxes leaves no cache anywhere
+    (lb / "0.txt").write_text("")
     (tmp_path / "labels" / "train" / "5.txt").write_text("0 0.5 0.5 0.2 0.2\n")
     loader, ds = create_dataloader(images, 64, 16, 32, workers=0, require_labels=True)  # one box is enough
     assert sum(len(lb) for lb in ds.labels) == 1

@@ -18,9 +18,10 @@ from utils.log import LOGGER, one_line
 CACHE_VERSION = 1
 
 
-def _files_hash(files: list[str], nc: int) -> str:
-    """Fingerprint of files (paths, sizes, modification times) and the class count they were checked against."""
-    h = hashlib.sha256(f"v{CACHE_VERSION} nc={nc}".encode())
+def _files_hash(files: list[str], nc: int, recipe: str = "") -> str:
+    """Fingerprint of files (paths, sizes, modification times), the class count they were checked against and,
+    for labels converted from annotations, the recipe (class names, options) of the conversion."""
+    h = hashlib.sha256(f"v{CACHE_VERSION} nc={nc}{' ' + recipe if recipe else ''}".encode())
     for f in files:
         try:
             st = os.stat(f)
@@ -138,8 +139,11 @@ def writable(path: str | Path) -> bool:
 
 def _save_cache(path: Path, cache: dict) -> bool:
     """Write a cache atomically; False when its location is not writable, or when a file that is not a cache of ours
-    has our cache's name there (it is never replaced)."""
+    has our cache's name there (it is never replaced). Only the user cache folder is created: a folder of the
+    dataset that does not exist (labels/ of a dataset without label files) is not made for a cache."""
     if not writable(path) or os.path.lexists(path) and _cache_members(path) is None:
+        return False
+    if not path.parent.is_dir() and path.parent != _fallback_cache_dir():
         return False
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:

@@ -4,6 +4,8 @@ with the dataset generated or downloaded when a data YAML says how and it is mis
 
 from pathlib import Path
 
+from utils.data.annotations import COCO, AnnotatedSplit, annotated_split
+from utils.data.coco_labels import coco_category_names
 from utils.data.download import download_dataset
 from utils.errors import DatasetError
 from utils.files import DATA_DIR, REPO_ROOT, resolve_bare_name
@@ -11,6 +13,9 @@ from utils.log import LOGGER
 from utils.safe_yaml import read_yaml
 
 MAX_CLASSES = 100_000  # LVIS has 1203; more is a typo
+
+# the folders a COCO JSON split's file_names are found under: per split, or one for all (docs/datasets.md)
+FOLDER_KEYS = ("images", "train_images", "val_images", "test_images")
 
 
 def resolve_yaml(path: str | Path, kind: str) -> Path:
@@ -95,17 +100,38 @@ def _split_paths(value, root: Path):
 
 def _check_path_entries(data: dict, file: Path) -> None:
     """'path' must be a string; train/val/test/ann_json a string or a list of strings (no NUL characters)."""
-    for key in ("path", "train", "val", "test", "ann_json"):
+    for key in ("path", "train", "val", "test", "ann_json", *FOLDER_KEYS):
         value = data.get(key)
         if value is None or value == "":
             continue
-        items = value if isinstance(value, list) and key != "path" else [value]
+        single = key == "path" or key in FOLDER_KEYS
+        items = value if isinstance(value, list) and not single else [value]
         # a folder may be named 2017 (YAML reads it as a number); floats, booleans, mappings are mistakes
         if not items or not all(
-            type(x) is int and key != "path" or isinstance(x, str) and x and "\0" not in x for x in items
+            type(x) is int and not single or isinstance(x, str) and x and "\0" not in x for x in items
         ):
-            kind = "a folder path" if key == "path" else "a path or a list of paths"
+            kind = "a folder path" if single else "a path or a list of paths"
             raise DatasetError(f"{file}: '{key}' must be {kind} (text), got {value!r}"[:300])
+
+
+def _json_names(splits: dict) -> list[str] | None:
+    """Without names in the YAML: the categories (in id order) of its first COCO JSON split, if there is one."""
+    for value in splits.values():
+        if isinstance(value, str) and value.lower().endswith(".json") and Path(value).is_file():
+            return coco_category_names(value)
+    return None
+
+
+def _val_json(val, names: list[str]) -> str | None:
+    """A COCO JSON val split scores against itself (crowd regions and areas as the COCO protocol wants) when its
+    categories are the data's classes in id order; names that restrict or reorder them score on the converted
+    labels, since ann_json maps the i-th category by id to class i."""
+    if not isinstance(val, AnnotatedSplit) or val.kind != COCO:
+        return None
+    if coco_category_names(val) != list(names):
+        LOGGER.info(f"{val}: its categories are not the data's names in id order; val scores on the converted boxes")
+        return None
+    return str(val)
 
 
 def _missing(split) -> list[str]:
@@ -125,7 +151,9 @@ def load_data_config(path: str | Path) -> dict:
     if data.get("nc", 0) > MAX_CLASSES:  # a typo (extra zeros) would otherwise build a huge names list
         raise DatasetError(f"{file}: 'nc' is {data['nc']}, more than {MAX_CLASSES} classes: a typo?")
     root = _dataset_root(data.get("path"), file)
-    names = _names_list(data.get("names"), data.get("nc"), file)
+    splits = {key: _split_paths(data.get(key), root) for key in ("train", "val", "test")}
+    names = data.get("names")
+    names = _names_list(_json_names(splits) if names is None else names, data.get("nc"), file)
     nc = data.get("nc", len(names))
     if nc < 1:
         raise DatasetError(f"{file}: 'names' is empty: a dataset needs at least one class")
@@ -135,9 +163,7 @@ def load_data_config(path: str | Path) -> dict:
         raise DatasetError(f"{file}: needs 'train' and/or 'val' split paths")
     cfg = {
         "path": str(root),
-        "train": _split_paths(data.get("train"), root),
-        "val": _split_paths(data.get("val"), root),
-        "test": _split_paths(data.get("test"), root),
+        **splits,
         "nc": nc,
         "names": names,
         "ann_json": _split_paths(data.get("ann_json"), root),
@@ -155,6 +181,10 @@ def load_data_config(path: str | Path) -> dict:
         still = _missing(cfg["train"]) + _missing(cfg["val"])
         if still:
             raise DatasetError(f"dataset still incomplete after download/generation: {still[0]} does not exist")
+    for key, value in splits.items():  # once the files are there: COCO JSON / VOC splits read their labels
+        cfg[key] = annotated_split(value, key, data, root, names, file)
+    if cfg["ann_json"] is None:
+        cfg["ann_json"] = _val_json(cfg["val"], names)
     return cfg
 
 

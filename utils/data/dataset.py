@@ -17,6 +17,7 @@ from torch.nn import functional as F  # noqa: N812
 from torch.utils.data import Dataset
 
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
+from utils.data.annotations import AnnotatedSplit
 from utils.data.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, random_perspective
 from utils.data.cache import (
     CACHE_VERSION,
@@ -31,7 +32,7 @@ from utils.data.cache import (
     label_cache_paths,
 )
 from utils.data.hyp import load_hyp
-from utils.data.verify import img2label_paths, list_image_files, verify_image_label
+from utils.data.verify import img2label_paths, list_image_files, verify_image_label, verify_image_rows
 from utils.errors import DatasetError
 from utils.files import DATA_DIR
 from utils.images import (
@@ -93,26 +94,17 @@ class LoadImagesAndLabels(Dataset):
     # -- labels --------------------------------------------------------------------------------------------------------
     def _load_labels(self, im_files: list[str], lb_files: list[str]) -> tuple[list[str], list[np.ndarray], list]:
         """Verified (images, labels, shapes), from the cache when its hash matches; logs the summary."""
-        p = Path(self.path[0] if isinstance(self.path, (list, tuple)) else self.path)
-        candidates = label_cache_paths(p if p.is_file() else Path(lb_files[0]).parent)
+        candidates, digest, scan = self._label_plan(im_files, lb_files)
         self.cache_places = candidates  # the disk image cache goes beside whichever of these is usable
-        digest = _files_hash(lb_files + im_files, self.nc)
         listed = set(im_files)
         cache = next((c for c in (_load_cache(f, digest, listed, self.prefix) for f in candidates) if c), None)
         if cache is None:
-            cache = self._scan(im_files, lb_files)
+            cache = scan()
             cache["hash"] = np.array(digest)
-            saved = next((f for f in candidates if _save_cache(f, cache)), None)
-            if saved == candidates[0]:
-                LOGGER.info(f"{self.prefix}New cache created: {saved}")
-            elif saved is not None:
-                why = "holds a file of that name" if os.path.lexists(candidates[0]) else "is not writable"
-                LOGGER.info(f"{self.prefix}{candidates[0].parent} {why}, label cache saved as {saved}")
-            else:
-                LOGGER.warning(
-                    f"{self.prefix}WARNING: cache not saved ({', '.join(str(f.parent) for f in candidates)}"
-                    f" not writable)"
-                )
+            if cache["counts"].sum():
+                self._save_label_cache(candidates, cache)
+            # else: no box at all (no label files, or all empty): nothing worth caching, and a run that stops
+            # on it must not leave a cache (nor a labels/ folder) in a dataset that holds no labels
         n_images, n_bg, n_corrupt = (int(x) for x in cache["stats"])
         counts = cache["counts"]
         LOGGER.info(
@@ -127,25 +119,68 @@ class LoadImagesAndLabels(Dataset):
         labels = [np.ascontiguousarray(lb) for lb in labels]
         return [str(f) for f in cache["im_files"]], labels, cache["shapes"].tolist()
 
+    def _label_plan(self, im_files: list[str], lb_files: list[str]):
+        """(label cache places, fingerprint, scan) for YOLO label files, or for labels converted from the split's
+        COCO JSON / VOC XML (cached beside the annotations under our own name, else in the user cache folder)."""
+        split = self.path
+        if isinstance(split, AnnotatedSplit):
+            found = split.annotations()
+            rows = dict(zip(found.images, found.rows))
+            places = label_cache_paths(split.cache_source())
+            digest = _files_hash(found.sources + im_files, self.nc, split.recipe())
+            return places, digest, lambda: self._scan(im_files, [rows[f] for f in im_files], verify_image_rows)
+        p = Path(split[0] if isinstance(split, (list, tuple)) else split)
+        places = label_cache_paths(p if p.is_file() else Path(lb_files[0]).parent)
+        digest = _files_hash(lb_files + im_files, self.nc)
+        return places, digest, lambda: self._scan(im_files, lb_files, verify_image_label)
+
+    def _save_label_cache(self, candidates: list[Path], cache: dict) -> None:
+        saved = next((f for f in candidates if _save_cache(f, cache)), None)
+        if saved == candidates[0]:
+            LOGGER.info(f"{self.prefix}New cache created: {saved}")
+        elif saved is not None:
+            why = "holds a file of that name" if os.path.lexists(candidates[0]) else "is not writable"
+            why = why if candidates[0].parent.is_dir() else "does not exist"
+            LOGGER.info(f"{self.prefix}{candidates[0].parent} {why}, label cache saved as {saved}")
+        else:
+            LOGGER.warning(
+                f"{self.prefix}WARNING: cache not saved ({', '.join(str(f.parent) for f in candidates)} not writable)"
+            )
+
     def _no_labels_message(self, im_files) -> str:
-        """'no labels found in <labels folder> for the N images in <images folder>: ...' (first folders named)."""
+        """Why a split has no box: no label files, only empty ones, or annotations without a usable box."""
+        n = len(im_files)
+        if isinstance(self.path, AnnotatedSplit):
+            return f"no boxes in {self.path} for its {n} images: training needs at least one annotated object"
+        lb_files = img2label_paths([str(f) for f in im_files])
         im_dirs = sorted({os.path.dirname(str(f)) for f in im_files})
-        lb_dirs = sorted({os.path.dirname(f) for f in img2label_paths([str(f) for f in im_files])})
+        lb_dirs = sorted({os.path.dirname(f) for f in lb_files})
 
         def named(dirs: list[str]) -> str:
             return dirs[0] + (f" (and {len(dirs) - 1} more folders)" if len(dirs) > 1 else "")
 
+        present = sum(os.path.isfile(f) for f in lb_files)
+        if present:
+            # Background images (an empty label file) train as YOLOv5 and Ultralytics train them, next to images
+            # with boxes. A split of backgrounds only has nothing to learn a box from: YOLOv5's train.py stops on
+            # it (with a traceback); we stop with this line instead of running a training that cannot detect.
+            some = "" if present == n else f" and {n - present} of the {n} images in {named(im_dirs)} have none"
+            return (
+                f"all {present} label files in {named(lb_dirs)} are empty{some} (background images only, no box): "
+                f"training needs at least one labelled box"
+            )
         return (
-            f"no labels found in {named(lb_dirs)} for the {len(im_files)} images in {named(im_dirs)}: training "
+            f"no labels found in {named(lb_dirs)} for the {n} images in {named(im_dirs)}: training "
             f"needs YOLO label files (images/ -> labels/, .txt)"
         )
 
-    def _scan(self, im_files: list[str], lb_files: list[str]) -> dict:
-        """Verify every image/label pair (threads: mostly file I/O) into cache arrays."""
+    def _scan(self, im_files: list[str], sources: list, verify) -> dict:
+        """Verify every image with its labels (a label file, or rows converted from annotations) into cache arrays
+        (threads: mostly file I/O)."""
         workers = min(8, os.cpu_count() or 1, max(1, len(im_files) // 64))
         nc = self.nc
         with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda pair: verify_image_label(*pair, nc), zip(im_files, lb_files)))
+            results = list(pool.map(lambda pair: verify(*pair, nc), zip(im_files, sources)))
         good, msgs, n_bg, n_corrupt = [], [], 0, 0
         for im_file, labels, shape, msg, status in results:
             if status == "corrupt":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.data.annotations import AnnotatedSplit
 from utils.errors import DatasetError
 from utils.images import (
     IMG_FORMATS,
@@ -82,7 +83,13 @@ def _special_file(path: str) -> str | None:
 
 def list_image_files(path, prefix: str = "") -> list[str]:
     """Image files of a split: a folder (searched recursively, symlinked subfolders followed once), a .txt list of
-    images, an image, or a list. FIFOs, devices and sockets are skipped with a warning, never opened."""
+    images, an image, or a list. FIFOs, devices and sockets are skipped with a warning, never opened. A COCO JSON or
+    VOC split (an AnnotatedSplit) lists the images its annotations name."""
+    if isinstance(path, AnnotatedSplit):
+        images = path.annotations().images
+        if not images:
+            raise DatasetError(f"{prefix}no usable images in {path}: none of its images was found")
+        return images
     files, skipped, found = [], [], []
     for p in path if isinstance(path, (list, tuple)) else [path]:
         p = Path(p)
@@ -149,24 +156,35 @@ def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, str]:
             values = [float(v) for v in parts]
         except ValueError:
             raise ValueError(f"line {n}: non-numeric value in '{line.strip()}'"[:300]) from None
+        rows.append((n, values))
+    return labels_from_rows(rows, nc)
+
+
+def labels_from_rows(rows: list[tuple[int, list[float]]], nc: int) -> tuple[np.ndarray, str]:
+    """(line number, [cls, cx, cy, w, h] or [cls, polygon...]) rows checked and cleaned as a label file's are: the
+    one path from numbers to labels, shared by YOLO text files and labels converted from COCO JSON or VOC XML (so
+    that a converted dataset and its written-out text labels give the same float32 labels)."""
+    boxes = []
+    for n, values in rows:
+        text = " ".join(f"{v:g}" for v in values)
         if not all(math.isfinite(v) for v in values):
-            raise ValueError(f"line {n}: non-finite value in '{line.strip()}'"[:300])
+            raise ValueError(f"line {n}: non-finite value in '{text}'"[:300])
         cls = values[0]
         if cls != int(cls) or not 0 <= cls < nc:
-            raise ValueError(f"line {n}: class {parts[0]} is not an integer in [0, {nc})"[:300])
+            raise ValueError(f"line {n}: class {cls:g} is not an integer in [0, {nc})"[:300])
         coords = values[1:]
         if min(coords) < -OVERSHOOT or max(coords) > 1 + OVERSHOOT:
-            raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {' '.join(parts[1:])}"[:300])
+            raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {text.split(' ', 1)[1]}"[:300])
         if len(coords) > 4:  # polygon -> box
             xs, ys = coords[0::2], coords[1::2]
             x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
         else:
             cx, cy, w, h = coords
             x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
-        rows.append((cls, x1, y1, x2, y2))
-    if not rows:
+        boxes.append((cls, x1, y1, x2, y2))
+    if not boxes:
         return np.zeros((0, 5), np.float32), ""
-    return _clean_boxes(np.array(rows, dtype=np.float64))
+    return _clean_boxes(np.array(boxes, dtype=np.float64))
 
 
 def _clean_boxes(xyxy: np.ndarray) -> tuple[np.ndarray, str]:
@@ -211,5 +229,18 @@ def verify_image_label(im_file: str, lb_file: str, nc: int) -> tuple[str, np.nda
         return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
     except UnicodeDecodeError:
         return im_file, None, (0, 0), f"label file {lb_file} is not UTF-8 text", "corrupt"
+    except (OSError, ValueError) as e:
+        return im_file, None, (0, 0), one_line(e), "corrupt"
+
+
+def verify_image_rows(im_file: str, rows: np.ndarray, nc: int) -> tuple[str, np.ndarray | None, tuple, str, str]:
+    """verify_image_label for an image whose labels were converted from an annotation file: (n, 5) float32
+    [cls, cx, cy, w, h] rows, checked and cleaned exactly as the same numbers in a label file would be."""
+    try:
+        w, h = _image_size(im_file)
+        if w < MIN_SIZE or h < MIN_SIZE:
+            raise ValueError(f"image is {w}x{h}, smaller than {MIN_SIZE} px on a side")
+        labels, note = labels_from_rows([(n, [float(v) for v in row]) for n, row in enumerate(rows, 1)], nc)
+        return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
     except (OSError, ValueError) as e:
         return im_file, None, (0, 0), one_line(e), "corrupt"
