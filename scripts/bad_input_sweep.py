@@ -35,6 +35,8 @@ hostile files, path swapping, URL cache, exports) are in scripts/sweep_cases_saf
 """
 
 import argparse
+import importlib
+import inspect
 import os
 import re
 import shutil
@@ -46,6 +48,7 @@ import time
 from pathlib import Path
 
 from sweep_cases_core import detect_cases, export_cases, test_cases, train_cases
+from sweep_cases_hostile import hostile_cases
 from sweep_cases_safety import safety_cases
 from sweep_common import (
     ADDRESS_LIMITS_MIB,
@@ -118,8 +121,38 @@ def _start(case: Case, sweep: Sweep, tag: str) -> tuple[subprocess.Popen, Path, 
     return proc, log, peak
 
 
-def _wait(proc: subprocess.Popen, deadline: float) -> int:
+def _command_pid(proc: subprocess.Popen) -> int:
+    """The pid of the case's Python process: /usr/bin/time's child when it wraps the command (prlimit execs it)."""
+    if not TIME:
+        return proc.pid
+    for _ in range(100):
+        try:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    return proc.pid
+
+
+def _terminate(proc: subprocess.Popen, after: float) -> None:
+    """SIGTERM to the command's own process after some seconds, as `kill <pid>` or a job scheduler would send it."""
+    try:
+        proc.wait(timeout=after)
+        return  # it ended before the signal was due
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.kill(_command_pid(proc), signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def _wait(proc: subprocess.Popen, deadline: float, terminate_after: float | None = None) -> int:
     """The exit code, or 124 after killing the process group at the deadline; leftover children are ended too."""
+    if terminate_after is not None:
+        _terminate(proc, terminate_after)
     try:
         code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
     except subprocess.TimeoutExpired:
@@ -148,10 +181,15 @@ def _judge(case: Case, code: int, text: str) -> tuple[list[str], str]:
         problems.append("traceback")
     if code == 124:
         problems.append(f"no end within {case.timeout:.0f} s (killed)")
+    elif case.expect == "signal":
+        if code not in (0, 128 + signal.SIGTERM) or (code and "Terminated (SIGTERM)" not in text):
+            problems.append(f"expected exit 143 and 'Terminated (SIGTERM)' after SIGTERM (or 0 when done), got {code}")
     elif code >= 128 or code < 0:
         problems.append(f"exit code {code}")
     errors = [line for line in lines if line.startswith("ERROR")]
     one_error = code in (1, 2) and len(errors) == 1
+    if case.expect == "signal" and errors:
+        problems.append(f"SIGTERM ended in {len(errors)} ERROR lines: {errors[0][:120]}")
     if case.expect == "error" and not one_error:
         problems.append(f"expected one ERROR line and exit 1/2, got {len(errors)} lines, exit {code}")
     if case.expect == "ok" and code != 0:
@@ -175,7 +213,7 @@ def run_case(case: Case, sweep: Sweep, tag: str) -> Outcome:
     before = sweep.snapshots.take(roots, sweep.is_output)
     started = [_start(case, sweep, f"{tag}.{i}") for i in range(case.copies)]
     deadline = time.monotonic() + case.timeout
-    codes = [_wait(proc, deadline) for proc, _, _ in started]
+    codes = [_wait(proc, deadline, case.terminate_after) for proc, _, _ in started]
     texts = [log.read_text(errors="replace") for _, log, _ in started]
     peaks = [p for p in (_peak_bytes(peak) for _, _, peak in started) if p is not None]
     outcome = Outcome(case, max(codes, key=abs), "", seconds=time.perf_counter() - start)
@@ -213,13 +251,28 @@ def _markdown(outcomes: list[Outcome]) -> str:
     return "\n".join(rows)
 
 
+# Case files other helpers add (module, function): registered when present, so the sweep runs without them.
+OPTIONAL_CASES = (("sweep_cases_datasets", "dataset_cases"), ("sweep_cases_tracking", "tracking_cases"))
+
+
+def optional_cases(sweep: Sweep) -> list[Case]:
+    """The cases of each OPTIONAL_CASES file that exists; its function gets the Sweep when it takes an argument."""
+    cases = []
+    for module_name, function_name in OPTIONAL_CASES:
+        if not (Path(__file__).parent / f"{module_name}.py").is_file():
+            continue
+        function = getattr(importlib.import_module(module_name), function_name)
+        cases += function(sweep) if inspect.signature(function).parameters else function()
+    return cases
+
+
 def all_cases(sweep: Sweep) -> list[Case]:
     """Every case of the sweep (building their shared fixtures)."""
 
     tmp = sweep.work
     ckpt = _checkpoints(tmp)
     cases = detect_cases(tmp, ckpt) + test_cases(tmp, ckpt) + train_cases(tmp) + export_cases(tmp, ckpt)
-    return cases + safety_cases(sweep)
+    return cases + safety_cases(sweep) + hostile_cases(sweep) + optional_cases(sweep)
 
 
 def main(argv: list[str] | None = None) -> int:

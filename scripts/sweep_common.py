@@ -51,7 +51,7 @@ class Case:
 
     name: str
     argv: list[str]  # a script of the repository and its flags, or ["-c", code] for the Python API
-    expect: str  # "error", "ok" or "clean" (either ok or one ERROR line)
+    expect: str  # "error", "ok", "clean" (either ok or one ERROR line) or "signal" (ended by terminate_after)
     check: Callable[[str], str] | None = None  # extra check on the output: '' when fine, else why not
     timeout: float = 300.0
     hostile: bool = False  # a crafted input: peak memory under 2 GB, no out-of-memory error
@@ -59,6 +59,7 @@ class Case:
     protect: list[Path] = field(default_factory=list)  # must stay unchanged even inside a runs*/ folder
     setup: Callable[[], None] | None = None  # builds what only this case needs, run when the case is selected
     copies: int = 1  # the same command started this many times at once
+    terminate_after: float | None = None  # send the command SIGTERM this many seconds after it started
 
 
 @dataclass
