@@ -292,3 +292,16 @@ def test_check_source_lists_files_and_opens_nothing(tmp_path, log):
     assert isinstance(loader, LoadImages) and loader.files == checked.images + checked.videos
     assert [item[1].shape for item in loader][:2] == [(3, 32, 64), (3, 32, 64)]  # letterboxed with this stride
     assert not log.messages
+
+
+def test_image_folder_as_frames_plays_in_frame_order(tmp_path):
+    for name in ("f10.jpg", "f2.jpg", "f1.jpg", "g1.jpg"):
+        _write(tmp_path / name, _photo(32, 48))
+    names = [Path(item[0]).name for item in LoadImages(tmp_path, img_size=64)]
+    assert names == ["f1.jpg", "f10.jpg", "f2.jpg", "g1.jpg"]  # plain name order, as YOLOv5 reads a folder
+    names = [Path(item[0]).name for item in load_sources(str(tmp_path), img_size=64, frames=True)]
+    assert names == ["f1.jpg", "f2.jpg", "f10.jpg", "g1.jpg"]  # numbered frames in number order
+    listed = tmp_path / "list.txt"
+    listed.write_text("f10.jpg\nf1.jpg\n")
+    names = [Path(item[0]).name for item in load_sources(str(listed), img_size=64, frames=True)]
+    assert names == ["f10.jpg", "f1.jpg"]  # a list keeps its own order

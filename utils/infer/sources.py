@@ -7,6 +7,7 @@ the log line ('image 1/2 /path/bus.jpg: ').
 
 import glob
 import os
+import re
 import stat
 import threading
 from collections.abc import Iterator
@@ -150,6 +151,7 @@ class Source:
     stream: bool = False
     images: list[str] = field(default_factory=list)
     videos: list[str] = field(default_factory=list)
+    listed: bool = False  # the files come from a .txt list, in the list's own order
 
 
 def _media_files(source: str) -> Source:
@@ -174,11 +176,23 @@ def _media_files(source: str) -> Source:
             kind = f"'.{kinds[0]}'" if kinds[0] else "(no extension)"
             raise SourceError(f"unsupported file type {kind} for {source}: {formats}")
         raise SourceError(f"no supported images or videos in {source} ({len(files)} files): {formats}")
-    return Source(source, images=images, videos=videos)
+    listed = Path(source).expanduser().is_file() and suffix(source) == "txt"
+    return Source(source, images=images, videos=videos, listed=listed)
+
+
+def frame_order(files: list[str]) -> list[str]:
+    """Image files in frame order: by name, with runs of digits compared as numbers ('f2.jpg' before 'f10.jpg'), so
+    a folder of numbered frames plays in order whether or not its numbers are zero-padded."""
+
+    def key(path: str) -> list:
+        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", path) if part]
+
+    return sorted(files, key=key)
 
 
 class LoadImages:
-    """Images and video files from a path, folder, glob or .txt list, one frame at a time."""
+    """Images and video files from a path, folder, glob or .txt list, one frame at a time. With frames=True (tracking)
+    the images are one sequence of frames, read in frame_order; a .txt list keeps the order it gives."""
 
     def __init__(
         self,
@@ -187,9 +201,12 @@ class LoadImages:
         stride: int = 32,
         auto: bool = True,
         vid_stride: int = 1,
+        frames: bool = False,
     ):
         checked = source if isinstance(source, Source) else _media_files(str(source))
         images, videos = checked.images, checked.videos
+        if frames and not checked.listed:
+            images = frame_order(images)
         self.files = images + videos
         self.video_flag = [False] * len(images) + [True] * len(videos)
         self.img_size, self.stride, self.auto = img_size, stride, auto
@@ -385,9 +402,11 @@ def load_sources(
     stride: int = 32,
     auto: bool = True,
     vid_stride: int = 1,
+    frames: bool = False,
 ) -> "LoadImages | LoadStreams":
-    """The loader for a --source (a string, or one check_source already checked)."""
+    """The loader for a --source (a string, or one check_source already checked); frames=True reads its images as
+    one sequence of frames (see LoadImages)."""
     checked = source if isinstance(source, Source) else check_source(source)
     if checked.stream:
         return LoadStreams(checked.text, img_size, stride, auto, vid_stride)
-    return LoadImages(checked, img_size, stride, auto, vid_stride)
+    return LoadImages(checked, img_size, stride, auto, vid_stride, frames)
