@@ -7,6 +7,7 @@ import math
 import os
 import random
 import secrets
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,11 +15,11 @@ import cv2
 import numpy as np
 import torch
 from torch.nn import functional as F  # noqa: N812
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
 from utils.data.annotations import AnnotatedSplit
-from utils.data.augment import augment_hsv, letterbox, mixup, mosaic4, random_flip, random_perspective
+from utils.data.augment import augment_hsv, letterbox, mixup, mosaic_warp, random_flip, random_perspective
 from utils.data.cache import (
     CACHE_VERSION,
     _files_hash,
@@ -41,6 +42,7 @@ from utils.images import (
 from utils.log import LOGGER
 
 cv2.setNumThreads(0)  # dataloader workers parallelise; OpenCV's own threads would oversubscribe the cores
+BUFFER_PER_BATCH_IMAGE, BUFFER_MAX = 8, 1000  # decoded-image buffer: 8 images per batch image, at most 1000
 
 
 class LoadImagesAndLabels(Dataset):
@@ -89,7 +91,13 @@ class LoadImagesAndLabels(Dataset):
         self._bad: set[int] = set()
         self.ims = [None] * n
         self.npy_files: list[str | None] = [None] * n  # --cache disk: each image's .npy in our cache folder
+        self._buffer: OrderedDict[int, tuple] = OrderedDict()
+        self.buffer_size = 0
         self.cache_mode = self._cache_images(cache)
+        # mosaic training: each process (each loader worker) keeps the images it decoded last, so that most of a
+        # mosaic's tiles skip decoding; not with every image already in RAM
+        if self.mosaic and self.cache_mode != "ram":
+            self.buffer_size = min(n, batch_size * BUFFER_PER_BATCH_IMAGE, BUFFER_MAX)
 
     # -- labels --------------------------------------------------------------------------------------------------------
     def _load_labels(self, im_files: list[str], lb_files: list[str]) -> tuple[list[str], list[np.ndarray], list]:
@@ -278,10 +286,31 @@ class LoadImagesAndLabels(Dataset):
             return False
         return True
 
+    def buffer_bytes(self) -> int:
+        """The decoded-image buffer's largest size in bytes (its largest images, resized), per process."""
+        if not self.buffer_size:
+            return 0
+        resized = self.shapes.prod(1) * (self.img_size / self.shapes.max(1)) ** 2 * 3
+        return int(np.sort(resized)[-self.buffer_size :].sum())
+
     def load_image(self, i: int) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
-        """Image i as BGR uint8 resized so its long side is img_size: (image, (h0, w0), (h, w))."""
+        """Image i as BGR uint8 resized so its long side is img_size: (image, (h0, w0), (h, w)). Read-only for
+        callers: it may be the RAM cache's or the buffer's."""
         if self.ims[i] is not None:
             return self.ims[i]
+        if i in self._buffer:
+            return self._buffer[i]
+        loaded = self._read_resized(i)
+        if self.buffer_size:
+            # first in, first out: a hit does not keep an image longer, or mosaics would favour the images
+            # they already drew
+            self._buffer[i] = loaded
+            if len(self._buffer) > self.buffer_size:
+                self._buffer.popitem(last=False)
+        return loaded
+
+    def _read_resized(self, i: int) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
+        """Image i decoded (from its .npy with --cache disk) and resized, as load_image returns it."""
         im = _load_npy(self.npy_files[i], self.shapes[i]) if self.npy_files[i] else None
         if im is None:
             im = read_image(self.im_files[i])
@@ -313,7 +342,7 @@ class LoadImagesAndLabels(Dataset):
         to img_size x img_size: (BGR image, pixel [cls, x1, y1, x2, y2] labels)."""
         s = self.img_size
         xc, yc = (int(random.uniform(-b, 2 * s + b)) for b in self.mosaic_border)
-        indices = [index] + random.choices(self.indices, k=3)
+        indices = [index] + self._mosaic_partners(index)
         random.shuffle(indices)
         images, targets = [], []
         for i in indices:
@@ -323,8 +352,19 @@ class LoadImagesAndLabels(Dataset):
                 labels[:, 1:] = xywhn2xyxy(labels[:, 1:], w, h)
             images.append(im)
             targets.append(labels)
-        canvas, labels = mosaic4(images, targets, s, (xc, yc))
-        return random_perspective(canvas, labels, **self._warp_args(), border=self.mosaic_border)
+        return mosaic_warp(images, targets, s, (xc, yc), **self._warp_args())
+
+    def _mosaic_partners(self, index: int) -> list[int]:
+        """A mosaic's other three images: drawn from all images (as YOLOv5) while the dataset fits the buffer
+        (or the buffer is not full yet); otherwise three distinct buffered ones other than `index` (as Ultralytics
+        draws from its buffer, but never repeating an image in one mosaic), already decoded. The buffer holds the
+        images this process loaded last, a uniform random subset when the epoch is shuffled: each tile is still any
+        image with equal odds, and a mosaic's four images are distinct, as they nearly always are when drawn from a
+        large dataset."""
+        full = self.buffer_size and len(self._buffer) == self.buffer_size < len(self.indices)
+        if not full:
+            return random.choices(self.indices, k=3)
+        return random.sample([i for i in self._buffer if i != index], k=3)
 
     def _warp_args(self) -> dict[str, float]:
         """The random_perspective hyperparameters."""
@@ -348,8 +388,8 @@ class LoadImagesAndLabels(Dataset):
             loaded, (h0, w0), (h, w) = self.load_image(index)
             shape = self.batch_shapes[self.batch[index]] if self.rect else self.img_size
             img, ratio, pad = letterbox(loaded, shape, auto=False, scaleup=self.augment)
-            if self.augment and img is loaded and self.ims[index] is not None:
-                img = img.copy()  # colour augmentation works in place: keep the RAM cache pristine
+            if self.augment and img is loaded:
+                img = img.copy()  # colour augmentation works in place: keep the RAM cache and the buffer pristine
             shapes = (h0, w0), ((ratio[1] * h / h0, ratio[0] * w / w0), pad)  # for utils.boxes.scale_boxes
             labels = self._labels(index)
             if len(labels):
@@ -365,16 +405,17 @@ class LoadImagesAndLabels(Dataset):
         labels_out = torch.zeros((n, 6))
         if n:
             labels_out[:, 1:] = torch.from_numpy(np.asarray(labels, dtype=np.float32))
-        img = np.ascontiguousarray(img.transpose(2, 0, 1)[::-1])  # HWC BGR -> CHW RGB, one copy
-        return torch.from_numpy(img), labels_out, self.im_files[index], shapes
+        return _to_chw_rgb(img), labels_out, self.im_files[index], shapes
 
     @staticmethod
     def collate_fn(batch):
-        """Stack images; concatenate labels with the image's index in the batch in column 0."""
+        """Stack images; concatenate labels with the image's index in the batch in column 0. In a loader worker
+        the images are stacked straight into shared memory, where the batch has to go to reach the main process
+        (otherwise it is copied there once more)."""
         imgs, labels, paths, shapes = zip(*batch)
         for i, lb in enumerate(labels):
             lb[:, 0] = i
-        return torch.stack(imgs, 0), torch.cat(labels, 0), paths, shapes
+        return _stack(imgs), torch.cat(labels, 0), paths, shapes
 
     @staticmethod
     def collate_quad(batch: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, tuple, tuple]:
@@ -396,6 +437,21 @@ class LoadImagesAndLabels(Dataset):
             out_labels.append(lb)
             out_paths.append(paths[start])
         return torch.stack(out_imgs, 0), torch.cat(out_labels, 0), tuple(out_paths), (None,) * len(out_imgs)
+
+
+def _to_chw_rgb(image: np.ndarray) -> torch.Tensor:
+    """An HWC BGR uint8 image (any strides: flips are views) as a contiguous CHW RGB tensor, in one copy."""
+    return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)[::-1]))
+
+
+def _stack(tensors) -> torch.Tensor:
+    """torch.stack, into shared memory when called in a loader worker (as torch's default collate does)."""
+    if get_worker_info() is None:
+        return torch.stack(tensors, 0)
+    first = tensors[0]
+    storage = first.untyped_storage()._new_shared(len(tensors) * first.numel() * first.element_size())
+    out = first.new(storage).resize_(len(tensors), *first.shape)
+    return torch.stack(tensors, 0, out=out)
 
 
 def _upsample_2x(image: torch.Tensor) -> torch.Tensor:
