@@ -1,0 +1,38 @@
+"""Tracking over a run's frames: one tracker state per video, stream or image sequence.
+
+detect.py and the Detector hand every frame here with the sequence it belongs to; a frame of another sequence than
+the previous one starts a fresh tracker (identities from 1 again), so two videos never share tracks.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from utils.track.bot_sort import create_tracker
+from utils.track.byte_tracker import ByteTracker
+from utils.track.config import TrackerConfig, load_tracker_config
+
+
+class TrackingSession:
+    """`update(sequence, boxes, image)` -> (tracked boxes (m, 6) x1, y1, x2, y2, conf, cls, ids (m,)), highest
+    confidence first, for the tracks matched in this frame."""
+
+    def __init__(self, tracker: str | Path | TrackerConfig = "botsort.yaml", frame_rate: float = 30.0):
+        self.config = tracker if isinstance(tracker, TrackerConfig) else load_tracker_config(tracker)
+        self.frame_rate = frame_rate
+        self.sequence: str | None = None
+        self.frame = 0  # 1-based index of the last frame in the current sequence
+        self.tracker: ByteTracker | None = None
+
+    def start(self, sequence: str, frame_rate: float | None = None) -> None:
+        """Begin a new sequence: a fresh tracker state."""
+        self.tracker = create_tracker(self.config, frame_rate or self.frame_rate)
+        self.sequence, self.frame = sequence, 0
+
+    def update(self, sequence: str, boxes: np.ndarray, image: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        if sequence != self.sequence or self.tracker is None:
+            self.start(sequence)
+        self.frame += 1
+        out = self.tracker.update(np.asarray(boxes, np.float64).reshape(-1, 6), image)
+        out = out[np.argsort(-out[:, 5], kind="stable")]
+        return out[:, [0, 1, 2, 3, 5, 6]].astype(np.float32), out[:, 4].astype(np.int64)
