@@ -19,7 +19,7 @@ from models.api.ensemble import load_models
 from models.api.results import Results
 from models.api.tta import TTAModel
 from models.export.backends import load_exported
-from models.export.metadata import is_backend_path
+from models.export.formats import is_backend_path
 from utils.downloads import attempt_download_weights, cached_download, is_url
 from utils.errors import DetectorError
 from utils.images import read_image_checked, to_bgr_uint8
@@ -133,27 +133,36 @@ class Detector:
 
     weights is a .pt file (official names are downloaded into weights/), a list of them (an ensemble, predictions
     merged before NMS) or a built model. The thresholds, classes, max_det and img_size mean what detect.py's flags
-    of the same names mean; half=None applies detect.py's precision policy; augment=True runs test-time
-    augmentation. Calling it runs detect.py's Predictor on each input, so the boxes are detect.py's boxes.
+    of the same names mean, with the same defaults: None takes the model's (img_size: the size it was trained at;
+    the thresholds: its family's, YOLOv5 0.25 / 0.45, YOLOv8/YOLO11/YOLO26 0.25 / 0.7; an ensemble: its first
+    model's). half=None applies detect.py's precision policy; augment=True runs test-time augmentation. Calling it
+    runs detect.py's Predictor on each input, so the boxes are detect.py's boxes.
     """
 
     def __init__(
         self,
         weights: Weights,
         device: str = "",
-        conf_thres: float = 0.25,
-        iou_thres: float = 0.45,
+        conf_thres: float | None = None,
+        iou_thres: float | None = None,
         classes: list[int] | None = None,
         agnostic: bool = False,
         max_det: int = 1000,
-        img_size: int | tuple[int, int] = 640,
+        img_size: int | tuple[int, int] | None = None,
         half: bool | None = None,
         augment: bool = False,
     ):
         check_options(imgsz=img_size, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, classes=classes)
         self.device = select_device(device)
         self.model, precision = load_detector(weights, self.device, half, augment=augment)
-        options = PredictOptions(img_size, conf_thres, iou_thres, classes, agnostic, max_det)
+        options = PredictOptions(
+            img_size=img_size,
+            conf_thres=conf_thres,
+            iou_thres=iou_thres,
+            classes=classes,
+            agnostic=agnostic,
+            max_det=max_det,
+        )
         self.predictor = Predictor(self.model, self.device, options, precision)
         self.names = self.predictor.names
 

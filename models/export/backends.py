@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from models.export.formats import FORMATS, format_of
 from models.export.metadata import (
-    OPENVINO_FOLDER,
     check_openvino_ir,
     error_line,
-    is_openvino,
     onnx_metadata,
     openvino_metadata,
     parse_metadata,
@@ -36,7 +35,7 @@ class TorchScriptBackend(Backend):
 
     kind = "TorchScript"
 
-    def __init__(self, path: Path, device: torch.device):
+    def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
         super().__init__(path, parse_metadata(torchscript_metadata(path), path), device)  # archive sizes checked
         try:
             module = torch.jit.load(str(path), map_location=device)
@@ -77,7 +76,7 @@ class OnnxBackend(Backend):
     kind = "ONNX Runtime"
     own_threads = True  # runs on its own thread pool: the Predictor then pre-processes in NumPy, not torch
 
-    def __init__(self, path: Path, device: torch.device):
+    def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
         ort = import_optional("onnxruntime")
         super().__init__(path, parse_metadata(onnx_metadata(path), path), device)  # before the graph is loaded
         options = ort.SessionOptions()
@@ -143,7 +142,7 @@ def _openvino_call(function, xml: Path, failed: str, *args):
         raise BackendError(f"{xml} {failed}: {error_line(e, last=True)}") from None
 
 
-def _engine(path: Path, device: torch.device) -> Backend:
+def engine_backend(path: Path, device: torch.device, bf16: bool = False) -> Backend:
     """A TensorRT engine (models/export/tensorrt.py), which needs CUDA and tensorrt: one line when either is missing."""
     if importlib.util.find_spec("tensorrt") is None:
         raise BackendError(f"{path}: TensorRT engines need CUDA and the tensorrt package (pip install tensorrt)")
@@ -161,7 +160,7 @@ def check_exported(paths: list, half: bool | None, bf16: bool, augment: bool) ->
         raise BackendError(f"--weights {listed}: ensembles take .pt weights only, not exported models")
     if augment:
         raise BackendError(f"--augment (test-time augmentation) takes .pt weights only, not {paths[0]}")
-    if half or (bf16 and not is_openvino(paths[0])):  # OpenVINO alone can run an f32 export in bfloat16
+    if half or (bf16 and not format_of(paths[0]).bf16):  # OpenVINO alone can run an f32 export in bfloat16
         flag = "--half" if half else "--bf16"
         LOGGER.warning(f"WARNING: {flag} is ignored for {paths[0]}: exported models run in their export precision")
 
@@ -192,20 +191,19 @@ def describe_backend(backend: Backend) -> str:
 
 
 def load_backend(path: str | Path, device: str | torch.device = "cpu", bf16: bool = False) -> Backend:
-    """The Backend for an exported model, chosen by its suffix; BackendError (one line) when it cannot run.
+    """The Backend for an exported model, chosen by its format (models/export/formats.py); BackendError (one line)
+    when it cannot run.
 
     bf16 runs an OpenVINO model in bfloat16 on CPUs that support it; other formats run as exported."""
     path, device = Path(str(path).rstrip("/\\")), torch.device(device)
     if not path.exists():
         raise BackendError(f"weights file not found: {path}")
-    if path.name.endswith(OPENVINO_FOLDER):
-        if not path.is_dir():
-            raise BackendError(f"{path} is not an OpenVINO model folder (.xml, .bin and metadata.yaml)")
-        return OpenVinoBackend(path, device, bf16)
-    if path.suffix == ".torchscript":
-        return TorchScriptBackend(path, device)
-    if path.suffix == ".onnx":
-        return OnnxBackend(path, device)
-    if path.suffix == ".engine":
-        return _engine(path, device)
-    raise BackendError(f"{path}: unknown export format (use .pt, .torchscript, .onnx or a *_openvino_model folder)")
+    fmt = format_of(path)
+    if fmt is None:
+        suffixes = ", ".join(
+            f"{'a *' if f.folder else ''}{f.suffix}{' folder' if f.folder else ''}" for f in FORMATS.values()
+        )
+        raise BackendError(f"{path}: unknown export format (use .pt, {suffixes})")
+    if fmt.folder != path.is_dir():
+        raise BackendError(f"{path} is not {'a folder' if fmt.folder else 'a file'}: not a {fmt.name} export of ours")
+    return fmt.load_backend(path, device, bf16)

@@ -30,7 +30,7 @@ import os
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -38,21 +38,19 @@ import yaml
 from torch import nn
 
 from models.export import quantize
-from models.export.metadata import is_openvino, parse_metadata, read_metadata
+from models.export.formats import FORMATS, INT8_FORMATS, format_of
+from models.export.metadata import parse_metadata, read_metadata
 from models.weights.checkpoint import load_model
 from utils import downloads
 from utils.errors import BackendError, ExportError, QuantizationError
 from utils.log import LOGGER
 
-FORMATS = ("torchscript", "onnx", "openvino", "engine")
 INSTALL_HINT = "pip install -r requirements-export.txt"
+DEFAULT_SIZE = 640  # the export size of weights that do not record the size they were trained at
 EXPORTER = "yolo-detect export.py"  # in every export's metadata: what a later export may replace
 # The metadata keys of our exports from before EXPORTER was written: an export that has them all is ours too.
 LEGACY_KEYS = {"names", "stride", "strides", "imgsz", "batch", "dynamic", "half"}
 OPENVINO_FILES = (".xml", ".bin")  # with metadata.yaml, all that an OpenVINO folder of ours holds
-
-
-INT8_FORMATS = ("onnx", "openvino", "engine")
 
 
 @dataclass
@@ -60,7 +58,7 @@ class ExportOptions:
     """How to export: input size (h, w), batch, dynamic axes (the default; False fixes imgsz and batch), FP16 (CUDA
     only), ONNX simplification and opset; INT8 calibrated on calib_images images of the data YAML's val split."""
 
-    imgsz: tuple[int, int] = (640, 640)
+    imgsz: tuple[int, int] | None = None  # None: the size the weights were trained at (640 when they do not say)
     batch: int = 1
     dynamic: bool = True
     half: bool = False
@@ -261,20 +259,9 @@ def export_engine(job: ExportJob, path: Path) -> Path:
     return tensorrt.build_engine(job, float_onnx(job), path)
 
 
-EXPORTERS = {
-    "torchscript": export_torchscript,
-    "onnx": export_onnx,
-    "openvino": export_openvino,
-    "engine": export_engine,
-}
-
-
 def output_path(weights: Path, fmt: str, int8: bool = False) -> Path:
     """Where an export of weights goes: beside them, with YOLOv5's names (int8 ones with _int8 after the stem)."""
-    stem = f"{weights.stem}_int8" if int8 else weights.stem
-    if fmt == "openvino":
-        return weights.parent / f"{stem}_openvino_model"
-    return weights.parent / f"{stem}.{fmt}"
+    return FORMATS[fmt].path_for(weights, int8)
 
 
 def _our_metadata(path: Path) -> bool:
@@ -304,7 +291,7 @@ def is_our_export(path: Path) -> bool:
     """Whether path is an earlier export of ours, which a new export may replace (a symlink never is)."""
     if path.is_symlink():
         return False
-    if is_openvino(path):
+    if format_of(path) is not None and format_of(path).folder:
         return path.is_dir() and _our_openvino_folder(path)
     return path.is_file() and _our_metadata(path)
 
@@ -357,6 +344,10 @@ def prepare(weights: str | Path, options: ExportOptions, device: torch.device) -
     if options.half and device.type != "cuda":
         raise ExportError("--half (FP16) export needs a CUDA device: pass --device 0, or drop --half")
     model = load_model(weights, device)
+    said = "--img" if options.imgsz else "the size the weights record" if model.imgsz else "the default"
+    options = replace(options, imgsz=tuple(options.imgsz or [model.imgsz or DEFAULT_SIZE] * 2))
+    h, w = options.imgsz  # a static export's input; a dynamic one's default inference size (in its metadata)
+    LOGGER.info(f"{model.family.title} model: export size {h}x{w} ({said})")
     stride = max(int(s) for s in model.stride.tolist())
     if any(side % stride for side in options.imgsz):
         raise ExportError(f"--img-size {list(options.imgsz)} must be a multiple of the model's stride {stride}")
@@ -393,7 +384,7 @@ def export(weights: str | Path, include: list[str], options: ExportOptions, devi
     A bare weights name missing here is taken from weights/ (official names downloaded), as detect.py does;
     every destination and input is checked before any work starts, and each export is moved into place when
     complete."""
-    unknown = [f for f in include if f not in EXPORTERS]
+    unknown = [f for f in include if f not in FORMATS]
     if unknown:
         raise ExportError(f"--include {unknown[0]}: unknown format, choose from {', '.join(FORMATS)}")
     formats = list(dict.fromkeys(include))
@@ -411,7 +402,7 @@ def export(weights: str | Path, include: list[str], options: ExportOptions, devi
         if calibration_files:
             auto = options.dynamic  # detect.py's letterbox: a stride-padded rectangle, or the fixed static shape
             job.calibration = quantize.CalibrationImages(
-                calibration_files, options.imgsz, job.metadata["stride"], auto, progress="Calibrating"
+                calibration_files, job.options.imgsz, job.metadata["stride"], auto, progress="Calibrating"
             )
             job.metadata["calibration_images"] = len(calibration_files)
         for fmt in formats:
@@ -419,7 +410,7 @@ def export(weights: str | Path, include: list[str], options: ExportOptions, devi
             # .to() empties Detect's grid cache, so each trace computes the grids from the input shape, in the graph
             job.model.to(job.sample.dtype)
             with torch.no_grad():
-                staged = EXPORTERS[fmt](job, job.scratch / path.name)
+                staged = FORMATS[fmt].write(job, job.scratch / path.name)
             install(staged, path, job.scratch)
             job.results.append(Exported(fmt, path, file_size_mb(path), time.perf_counter() - start))
     return job.results

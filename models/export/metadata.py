@@ -13,11 +13,10 @@ import zipfile
 from pathlib import Path
 from xml.etree import ElementTree
 
+from models.export.formats import format_of
 from utils.errors import BackendError
 from utils.safe_yaml import read_yaml
 
-SUFFIXES = (".torchscript", ".onnx", ".engine")
-OPENVINO_FOLDER = "_openvino_model"
 # Bounds on what an export's metadata may hold, checked before it is decoded; real values are far below them.
 MAX_METADATA_BYTES = 4 << 20  # all metadata of one export; 1203 LVIS names take ~20 KB of JSON
 MAX_METADATA_KEYS = 64  # ours has 8 keys
@@ -30,21 +29,10 @@ MAX_IR_XML_BYTES = 64 << 20  # an OpenVINO .xml holds the graph, not the weights
 PRECISIONS = ("fp32", "fp16", "int8")
 
 
-def is_backend_path(path) -> bool:
-    """True for weights that an exported backend runs (.torchscript, .onnx, .engine, *_openvino_model folders)."""
-    name = str(path).rstrip("/\\")
-    return name.endswith(SUFFIXES) or name.endswith(OPENVINO_FOLDER)
-
-
 def error_line(error: BaseException, last: bool = False) -> str:
     """One line of a runtime's exception text: its first line (OpenVINO: its last, where the cause is)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
     return (lines[-1] if last else lines[0])[:200]
-
-
-def is_openvino(path: str | Path) -> bool:
-    """Whether path names an OpenVINO model folder (*_openvino_model)."""
-    return str(path).rstrip("/\\").endswith(OPENVINO_FOLDER)
 
 
 def _decoded(value, key: str, path):
@@ -278,14 +266,17 @@ def read_engine_metadata(path: Path) -> tuple[dict, int]:
     return raw, 4 + size
 
 
+def engine_metadata(path: Path) -> dict:
+    """The metadata of a TensorRT engine file of ours (its JSON header)."""
+    return read_engine_metadata(path)[0]
+
+
 def read_metadata(path: str | Path) -> dict:
-    """The raw metadata of an export (.torchscript, .onnx, .engine or *_openvino_model folder), read with bounds."""
-    path = Path(path)
-    if is_openvino(path):
-        return openvino_metadata(path)
-    if path.suffix == ".engine":
-        return read_engine_metadata(path)[0]
-    return torchscript_metadata(path) if path.suffix == ".torchscript" else onnx_metadata(path)
+    """The raw metadata of an export (any format of models/export/formats.py), read with bounds."""
+    fmt = format_of(path)
+    if fmt is None:
+        raise BackendError(f"{path} is not an export (.torchscript, .onnx, .engine or a *_openvino_model folder)")
+    return fmt.read_metadata(Path(str(path).rstrip("/\\")))
 
 
 def check_openvino_ir(xml: Path) -> None:

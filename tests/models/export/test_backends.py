@@ -17,7 +17,7 @@ import torch
 import detect
 from models.export.backends import load_backend
 from models.export.exporter import ExportOptions, export
-from models.export.metadata import is_backend_path
+from models.export.formats import is_backend_path
 from models.weights.checkpoint import load_model
 from utils.boxes import non_max_suppression
 from utils.data.augment import letterbox

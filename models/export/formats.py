@@ -1,0 +1,108 @@
+"""The export formats, one record each: its --include name, what its file or folder name ends with, whether --int8
+quantizes it and whether it can run a float export in bfloat16, and where its writer, its metadata reader and its
+backend are. A new format is one entry here, its writer (models/export/exporter.py or a module of its own) and its
+backend (models/export/backends.py or a module of its own).
+
+The writer, reader and backend are named as "module:attribute" and imported on first use: the optional runtimes
+(onnx, onnxruntime, openvino, tensorrt) stay unimported until a format needs them, and this table imports none of
+the modules it names."""
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """One export format."""
+
+    name: str  # export.py --include name
+    suffix: str  # the end of the file's name (.onnx) or, for a folder, of the folder's name (_openvino_model)
+    folder: bool  # an export that is a folder of files
+    int8: bool  # --int8 quantizes it
+    bf16: bool  # --bf16 can run its float export in bfloat16 (other formats run as exported)
+    writer: str  # (ExportJob, staged path) -> written path
+    metadata: str  # (path) -> the raw metadata dict, read within bounds
+    backend: str  # (path, device, bf16) -> a models.export.runtime.Backend
+
+    def path_for(self, weights: Path, int8: bool = False) -> Path:
+        """Where an export of weights goes: beside them, with YOLOv5's names (int8 ones with _int8 after the stem)."""
+        return weights.parent / f"{weights.stem}{'_int8' if int8 else ''}{self.suffix}"
+
+    def matches(self, path: str | Path) -> bool:
+        """Whether path names an export of this format (by its name; a trailing slash is allowed)."""
+        return str(path).rstrip("/\\").endswith(self.suffix)
+
+    def write(self, job, path: Path) -> Path:
+        return _resolve(self.writer)(job, path)
+
+    def read_metadata(self, path: Path) -> dict:
+        return _resolve(self.metadata)(path)
+
+    def load_backend(self, path: Path, device, bf16: bool = False):
+        return _resolve(self.backend)(path, device, bf16)
+
+
+def _resolve(ref: str):
+    """The attribute a "module:attribute" reference names, imported now."""
+    module, attribute = ref.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+_EXPORTER, _METADATA, _BACKENDS = "models.export.exporter", "models.export.metadata", "models.export.backends"
+FORMATS = {
+    f.name: f
+    for f in (
+        ExportFormat(
+            "torchscript",
+            ".torchscript",
+            folder=False,
+            int8=False,
+            bf16=False,
+            writer=f"{_EXPORTER}:export_torchscript",
+            metadata=f"{_METADATA}:torchscript_metadata",
+            backend=f"{_BACKENDS}:TorchScriptBackend",
+        ),
+        ExportFormat(
+            "onnx",
+            ".onnx",
+            folder=False,
+            int8=True,
+            bf16=False,
+            writer=f"{_EXPORTER}:export_onnx",
+            metadata=f"{_METADATA}:onnx_metadata",
+            backend=f"{_BACKENDS}:OnnxBackend",
+        ),
+        ExportFormat(
+            "openvino",
+            "_openvino_model",
+            folder=True,
+            int8=True,
+            bf16=True,
+            writer=f"{_EXPORTER}:export_openvino",
+            metadata=f"{_METADATA}:openvino_metadata",
+            backend=f"{_BACKENDS}:OpenVinoBackend",
+        ),
+        ExportFormat(
+            "engine",
+            ".engine",
+            folder=False,
+            int8=True,
+            bf16=False,
+            writer=f"{_EXPORTER}:export_engine",
+            metadata=f"{_METADATA}:engine_metadata",
+            backend=f"{_BACKENDS}:engine_backend",
+        ),
+    )
+}
+INT8_FORMATS = tuple(name for name, f in FORMATS.items() if f.int8)
+
+
+def format_of(path: str | Path) -> ExportFormat | None:
+    """The export format a path names, by its name; None for anything else (.pt weights)."""
+    return next((f for f in FORMATS.values() if f.matches(path)), None)
+
+
+def is_backend_path(path: str | Path) -> bool:
+    """True for weights that an exported backend runs (.torchscript, .onnx, .engine, *_openvino_model folders)."""
+    return format_of(path) is not None
