@@ -1,6 +1,8 @@
-"""Run a YOLOv5 detector on images, folders, globs, .txt lists, videos, webcams and streams.
+"""Run a detector (YOLOv5, YOLOv8, YOLO11 or YOLO26 weights, or their exports) on images, folders, globs, .txt lists,
+videos, webcams and streams.
 
-Usage (the flags of YOLOv5's detect.py):
+Usage (the flags of YOLOv5's detect.py; --img and the thresholds default to the model's training size and its
+family's thresholds):
     python detect.py --weights yolov5s.pt --source path/to/images          # folder, image, video, glob, list.txt
     python detect.py --weights yolov5n.pt --source 0                       # webcam
     python detect.py --weights yolov5n.pt --source rtsp://host/stream --view-img
@@ -10,15 +12,13 @@ Usage (the flags of YOLOv5's detect.py):
 
 import argparse
 import sys
-from pathlib import Path
 
 from models import load_detector
 from utils.cli import Parser, run_cli
 from utils.errors import DetectError
 from utils.infer.outputs import OutputOptions, Outputs, make_save_dir
-from utils.infer.predict import LIMITS, DetectRun, PredictOptions, Predictor, check_options
+from utils.infer.predict import LIMITS, DetectCommand, DetectRun, PredictOptions, Predictor, check_options, detect_all
 from utils.infer.sources import check_source
-from utils.log import LOGGER
 from utils.torch_utils import fit_threads_to_idle_cores, select_device
 
 SWITCHES = {  # store_true flags: the output switches and NMS modes
@@ -36,76 +36,68 @@ SWITCHES = {  # store_true flags: the output switches and NMS modes
 }
 
 
-def run(
-    weights: str | Path | list = "yolov5s.pt",
-    source: str | Path = "data/images",
-    imgsz: int | list[int] | tuple[int, ...] = (640, 640),
-    conf_thres: float = 0.25,
-    iou_thres: float = 0.45,
-    max_det: int = 1000,
-    device: str = "",
-    view_img: bool = False,
-    save_txt: bool = False,
-    save_conf: bool = False,
-    save_crop: bool = False,
-    nosave: bool = False,
-    classes: list[int] | None = None,
-    agnostic_nms: bool = False,
-    project: str | Path = "runs/detect",
-    name: str = "exp",
-    exist_ok: bool = False,
-    line_thickness: int | None = None,
-    hide_labels: bool = False,
-    hide_conf: bool = False,
-    half: bool | None = None,
-    vid_stride: int = 1,
-    bf16: bool = False,
-    augment: bool = False,
-) -> DetectRun:
-    """Detect objects in every image or frame of source; save annotated media and labels as asked.
+def run(**options) -> DetectRun:
+    """Detect objects in every image or frame of source (keywords: DetectCommand's fields); save annotated media
+    and labels as asked.
 
     Raises DetectError, CheckpointError, DownloadError, SourceError or DeviceError (one-line messages) on bad input.
     """
-    limited = dict(imgsz=imgsz, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, classes=classes)
-    check_options(**limited, line_thickness=line_thickness, vid_stride=vid_stride)
-    device = select_device(device)
-    checked = check_source(source)  # first, so a typo in --source fails at once rather than after a download
-    model, precision = load_detector(weights, device, half, bf16, augment)
-    options = PredictOptions(imgsz, conf_thres, iou_thres, classes, agnostic_nms, max_det, vid_stride)
-    predictor = Predictor(model, device, options, precision)
-    save_dir = make_save_dir(project, name, exist_ok)
-    shown = (view_img, line_thickness, hide_labels, hide_conf)
-    options = OutputOptions(not nosave, save_txt, save_conf, save_crop, *shown)
+    o = DetectCommand(**options)
+    limited = dict(imgsz=o.imgsz, conf_thres=o.conf_thres, iou_thres=o.iou_thres, max_det=o.max_det, classes=o.classes)
+    check_options(**limited, line_thickness=o.line_thickness, vid_stride=o.vid_stride)
+    if o.source is None:
+        raise DetectError("give --source: an image, a folder, a glob, a .txt list, a video, a webcam (0) or a stream")
+    device = select_device(o.device)
+    checked = check_source(o.source)  # first, so a typo in --source fails at once rather than after a download
+    model, precision = load_detector(o.weights, device, o.half, o.bf16, o.augment)
+    predict = PredictOptions(
+        img_size=o.imgsz,
+        conf_thres=o.conf_thres,
+        iou_thres=o.iou_thres,
+        classes=o.classes,
+        agnostic=o.agnostic_nms,
+        max_det=o.max_det,
+        vid_stride=o.vid_stride,
+    )
+    predictor = Predictor(model, device, predict, precision)
+    save_dir = make_save_dir(o.project, o.name, o.exist_ok)
     inputs = [*checked.images, *checked.videos, checked.text]  # the text: a .txt list is an input too
-    outputs = Outputs(save_dir, predictor.names, options, inputs=[] if checked.stream else inputs)
-    out = DetectRun(save_dir=save_dir, names=predictor.names)
-    try:
-        for prediction in predictor.stream(checked):
-            out.results.append(prediction.result)
-            if not outputs.write(prediction):
-                break
-    finally:
-        outputs.close()
-    out.skipped = list(predictor.skipped)
-    if out.results:
-        out.speed_ms = predictor.speed_ms
-        LOGGER.info(predictor.speed_line())
-        if outputs.saved_line():
-            LOGGER.info(outputs.saved_line())
-    return out
+    outputs = Outputs(save_dir, predictor.names, output_options(o), inputs=[] if checked.stream else inputs)
+    return detect_all(predictor, checked, outputs, save_dir)
+
+
+def output_options(o: DetectCommand) -> OutputOptions:
+    """What detect.py writes and shows."""
+    return OutputOptions(
+        save_img=not o.nosave,
+        save_txt=o.save_txt,
+        save_conf=o.save_conf,
+        save_crop=o.save_crop,
+        view_img=o.view_img,
+        line_thickness=o.line_thickness,
+        hide_labels=o.hide_labels,
+        hide_conf=o.hide_conf,
+    )
 
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (YOLOv5 detect.py flags, plus --bf16)."""
-    parser = Parser(prog="detect.py", description="YOLOv5 object detection on images, videos and streams")
+    parser = Parser(
+        prog="detect.py",
+        description="Object detection on images, videos and streams with YOLOv5, YOLOv8, YOLO11 or YOLO26 weights "
+        "(ours, official, or their exports). Sizes and thresholds not given are the model's: its training size "
+        "and its family's thresholds (an ensemble: its first model's).",
+    )
     add, limit = parser.add_argument, {key: parse for key, (_, parse) in LIMITS.items()}
-    weights_help = "model path(s), several = an ensemble; official names are downloaded to weights/"
-    add("--weights", nargs="+", default=["yolov5s.pt"], help=weights_help)
-    add("--source", default="data/images", help="file, dir, glob, .txt list, video, webcam (0), rtsp/rtmp/http(s)")
-    size_help = "inference size: one value, or h w (1-8192, rounded up to the stride)"
-    add("--img-size", "--img", "--imgsz", dest="imgsz", nargs="+", type=limit["imgsz"], default=[640], help=size_help)
-    add("--conf-thres", type=limit["conf_thres"], default=0.25, help="confidence threshold [0, 1]")
-    add("--iou-thres", type=limit["iou_thres"], default=0.45, help="NMS IoU threshold [0, 1]")
+    weights_help = "model path(s): .pt or an export; several .pt = an ensemble; official names are downloaded"
+    add("--weights", nargs="+", default="yolov5s.pt", help=weights_help)
+    add("--source", default=None, help="file, dir, glob, .txt list, video, webcam (0), rtsp/rtmp/http(s) (required)")
+    size_help = "inference size: one value, or h w (1-8192, rounded up to the stride; default: the training size)"
+    add("--img-size", "--img", "--imgsz", dest="imgsz", nargs="+", type=limit["imgsz"], default=None, help=size_help)
+    conf_help = "confidence threshold [0, 1] (default: the family's, 0.25)"
+    add("--conf-thres", type=limit["conf_thres"], default=None, help=conf_help)
+    iou_help = "NMS IoU threshold [0, 1] (default: the family's, YOLOv5 0.45, YOLOv8/YOLO11/YOLO26 0.7)"
+    add("--iou-thres", type=limit["iou_thres"], default=None, help=iou_help)
     add("--max-det", type=limit["max_det"], default=1000, help="maximum detections per image")
     add("--device", default="", help="'' (auto), cpu, 0, or 0,1")
     add("--classes", nargs="+", type=limit["classes"], help="keep only these class ids: --classes 0, or 0 2 3")
@@ -119,9 +111,10 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     for flag, text in SWITCHES.items():
         add(flag, action="store_true", help=text)
     opt = parser.parse_args(argv)
-    if len(opt.imgsz) > 2:
+    if opt.imgsz is not None and len(opt.imgsz) > 2:
         parser.error(f"--img-size takes one or two values, got {len(opt.imgsz)}")
-    opt.imgsz = opt.imgsz * 2 if len(opt.imgsz) == 1 else opt.imgsz
+    if opt.imgsz is not None:
+        opt.imgsz = opt.imgsz * 2 if len(opt.imgsz) == 1 else opt.imgsz
     return opt
 
 

@@ -23,10 +23,9 @@ def custom(path: str | Path | list = "best.pt", device: str = "", **kwargs) -> D
 
 def _official(name: str, pretrained: bool, device: str, kwargs: dict) -> Detector:
     """A Detector of the official weights name.pt (downloaded into weights/), or the untrained name.yaml model."""
-    if not pretrained:  # yolo11s: yolo11.yaml at scale s (the YOLOv5 sizes have a file each)
-        return Detector(
-            Model(f"{name}.yaml" if name[:6] != "yolov5" else MODELS_DIR / f"{name}.yaml"), device=device, **kwargs
-        )
+    if not pretrained:  # models/<name>.yaml where the size has a file (YOLOv5's), else yolo11s: yolo11.yaml at scale s
+        own = MODELS_DIR / f"{name}.yaml"
+        return Detector(Model(own if own.is_file() else f"{name}.yaml"), device=device, **kwargs)
     return Detector(attempt_download_weights(f"{name}.pt"), device=device, **kwargs)
 
 

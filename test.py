@@ -1,4 +1,5 @@
-"""Validate a YOLOv5 detector on a dataset split: COCO metrics, YOLOv5's table, speed and results.json.
+"""Validate a detector (YOLOv5, YOLOv8, YOLO11 or YOLO26 weights, or their exports) on a dataset split: COCO
+metrics, YOLOv5's table, speed and results.json.
 
 Usage (the flags of YOLOv5's test.py / val.py):
     python test.py --data coco128.yaml --weights yolov5s.pt --img 640
@@ -17,70 +18,91 @@ import sys
 
 from utils.cli import Parser, float_in, int_in, run_cli
 from utils.errors import TestError
-from utils.eval.validate_weights import TASKS, run, score_files
-from utils.torch_utils import fit_threads_to_idle_cores
+from utils.eval.options import TASKS, TestCommand
 
-__all__ = ["main", "parse_opt", "run", "score_files"]
+__all__ = ["TestCommand", "main", "parse_opt", "run", "score_files"]
+
+
+def run(data="coco128.yaml", **options):
+    """utils.eval.validate_weights.run (imported when called: scoring a results file needs no torch)."""
+    from utils.eval.validate_weights import run as validate_weights
+
+    return validate_weights(data, **options)
+
+
+def score_files(ann_json, pred_json, project="runs/test", name="exp", exist_ok=False):
+    """utils.eval.scoring.score_files: a COCO results file against a COCO annotations file."""
+    from utils.eval.scoring import score_files as score
+
+    return score(ann_json, pred_json, project, name, exist_ok)
 
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options: YOLOv5 test.py flags (ensembles, --augment), --bf16, --no-plots (or train.py's
     --noplots), --ann-json, --pred-json"""
-    parser = Parser(description="Validate a YOLOv5 detector (COCO metrics)")
-    parser.add_argument("--data", type=str, default="coco128.yaml", help="data YAML")
-    parser.add_argument(
-        "--weights", nargs="+", type=str, default=None, help="model weights (.pt); several: an ensemble"
+    parser = Parser(
+        prog="test.py",
+        description="Validate YOLOv5, YOLOv8, YOLO11 or YOLO26 weights (or their exports) on a dataset split: COCO "
+        "metrics. The image size and thresholds not given are the model's: its training size and its family's "
+        "validation thresholds (an ensemble: its first model's). Or score a COCO results file (--pred-json).",
     )
-    parser.add_argument("--batch-size", type=int_in(1), default=32, help="batch size")
-    parser.add_argument(
-        "--img-size", "--img", "--imgsz", dest="imgsz", type=int_in(32), default=640, help="inference size (pixels)"
+    add = parser.add_argument
+    add("--data", type=str, default="coco128.yaml", help="data YAML")
+    weights_help = (
+        "model weights: .pt or an export (.torchscript, .onnx, *_openvino_model, .engine); several .pt: an ensemble"
     )
-    parser.add_argument("--conf-thres", type=float_in(0, 1), default=0.001, help="confidence threshold")
-    parser.add_argument("--iou-thres", type=float_in(0, 1), default=0.6, help="NMS IoU threshold")
-    parser.add_argument("--max-det", type=int_in(1), default=300, help="maximum detections per image")
-    parser.add_argument("--task", default="val", choices=TASKS, help="split to validate, or 'speed'")
-    parser.add_argument("--device", default="", help="cuda device, i.e. 0 or 0,1,2,3 or cpu")
+    add("--weights", nargs="+", type=str, default=None, help=weights_help)
+    add("--batch-size", type=int_in(1), default=32, help="batch size")
+    size_help = "inference size (pixels; default: the size the weights were trained at, else 640)"
+    add("--img-size", "--img", "--imgsz", dest="imgsz", type=int_in(32), default=None, help=size_help)
+    conf_help = "confidence threshold (default: the family's, 0.001)"
+    add("--conf-thres", type=float_in(0, 1), default=None, help=conf_help)
+    iou_help = "NMS IoU threshold (default: the family's, YOLOv5 0.6, YOLOv8/YOLO11/YOLO26 0.7)"
+    add("--iou-thres", type=float_in(0, 1), default=None, help=iou_help)
+    add("--max-det", type=int_in(1), default=300, help="maximum detections per image")
+    add("--task", default="val", choices=TASKS, help="split to validate, or 'speed' (the family's detect thresholds)")
+    add("--device", default="", help="cuda device, i.e. 0 or 0,1,2,3 or cpu")
     half = parser.add_mutually_exclusive_group()
     half.add_argument("--half", dest="half", action="store_true", default=None, help="FP16 inference (CUDA)")
     half.add_argument("--no-half", dest="half", action="store_false", help="float32 even on fast-FP16 GPUs")
-    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast on CPUs with AVX512-BF16 or AMX")
-    parser.add_argument("--workers", type=int_in(0), default=8, help="max dataloader workers")
+    add("--bf16", action="store_true", help="bfloat16 autocast on CPUs with AVX512-BF16 or AMX")
+    add("--workers", type=int_in(0), default=8, help="max dataloader workers")
     augment_help = "test-time augmentation: the image, 0.83x flipped and 0.67x views, merged before NMS"
-    parser.add_argument("--augment", action="store_true", help=augment_help)
-    parser.add_argument("--single-cls", action="store_true", help="treat as a single-class dataset")
-    parser.add_argument("--verbose", action="store_true", help="report mAP by class")
-    parser.add_argument("--save-txt", action="store_true", help="save results to *.txt")
-    parser.add_argument("--save-conf", action="store_true", help="save confidences in --save-txt labels")
-    parser.add_argument(
-        "--save-json", action="store_true", help="save a COCO results JSON and check it with pycocotools"
-    )
-    parser.add_argument("--project", default="runs/test", help="save to project/name")
-    parser.add_argument("--name", default="exp", help="save to project/name")
-    parser.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
-    parser.add_argument("--no-plots", "--noplots", dest="plots", action="store_false", help="save no plots")
-    parser.add_argument("--ann-json", default=None, help="COCO annotations JSON used as ground truth")
-    parser.add_argument(
-        "--pred-json", default=None, help="with --ann-json: score this COCO results JSON (no model is run)"
-    )
+    add("--augment", action="store_true", help=augment_help)
+    add("--single-cls", action="store_true", help="treat as a single-class dataset")
+    add("--verbose", action="store_true", help="report mAP by class")
+    add("--save-txt", action="store_true", help="save results to *.txt")
+    add("--save-conf", action="store_true", help="save confidences in --save-txt labels")
+    add("--save-json", action="store_true", help="save a COCO results JSON and check it with pycocotools")
+    add("--project", default="runs/test", help="save to project/name")
+    add("--name", default="exp", help="save to project/name")
+    add("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
+    add("--no-plots", "--noplots", dest="plots", action="store_false", help="save no plots")
+    add("--ann-json", default=None, help="COCO annotations JSON used as ground truth")
+    add("--pred-json", default=None, help="with --ann-json: score this COCO results JSON (no model is run)")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Validate from the command line; 0 on success, 1 with a one-line error otherwise."""
+def main(argv: list[str] | None = None, fit_threads: bool = False) -> int:
+    """Validate from the command line; 0 on success, 1 with a one-line error otherwise. fit_threads: fit torch's
+    threads to the idle cores (the command line; the Python API leaves torch's threads to its caller)."""
     opt = parse_opt(argv)
-    return run_cli(lambda: _command(opt))
+    return run_cli(lambda: _command(TestCommand(**vars(opt)), fit_threads))
 
 
-def _command(opt: argparse.Namespace) -> None:
+def _command(o: TestCommand, fit_threads: bool) -> None:
     """Score a results file (--pred-json) or validate the weights."""
-    if opt.pred_json:
-        if not opt.ann_json:
+    if o.pred_json:
+        if not o.ann_json:
             raise TestError("--pred-json needs --ann-json, the COCO annotations to score it against")
-        score_files(opt.ann_json, opt.pred_json, opt.project, opt.name, opt.exist_ok)
+        score_files(o.ann_json, o.pred_json, o.project, o.name, o.exist_ok)
         return
-    run(**{k: v for k, v in vars(opt).items() if k != "pred_json"})
+    from utils.torch_utils import fit_threads_to_idle_cores
+
+    if fit_threads:
+        fit_threads_to_idle_cores()
+    run(**{k: v for k, v in vars(o).items() if k != "pred_json"})
 
 
 if __name__ == "__main__":
-    fit_threads_to_idle_cores()  # a command line only: the Python API leaves torch's threads to its caller
-    sys.exit(main())
+    sys.exit(main(fit_threads=True))

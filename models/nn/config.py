@@ -262,11 +262,11 @@ def plan_layers(cfg: dict, ch: int = 3, family: Family | None = None) -> list[La
     cfg_layers = _check_cfg(cfg)
     gd, gw, max_channels, scale = model_scaling(cfg)
     family = family or family_of_config(cfg)
-    nc, anchor_free = cfg["nc"], not family.anchors
+    nc, anchor_based = cfg["nc"], family.anchors
     anchors = cfg.get("anchors")
     na = len(anchors[0]) // 2 if isinstance(anchors, list) else anchors
     # A layer as wide as the head's output keeps its width (YOLOv5: na * (nc + 5); Ultralytics: nc)
-    kept_width = nc if anchor_free else na * (nc + 5)
+    kept_width = na * (nc + 5) if anchor_based else nc
     channels, plans, blocks = [ch], [], 0
     for i, (f, n, name, args) in enumerate(cfg_layers):
         if (name in ("Concat", "Detect")) != isinstance(f, list):
@@ -281,7 +281,7 @@ def plan_layers(cfg: dict, ch: int = 3, family: Family | None = None) -> list[La
                 f"the config repeats more than {MAX_BLOCKS} blocks in all (layer {i} has {n} after "
                 f"depth_multiple {gd:g}); check 'depth_multiple' and the repeats"
             )
-        if name == "Detect" and anchor_free:
+        if name == "Detect" and not anchor_based:
             name, args = family.head, _anchor_free_args(i, cfg, args, plans, family.end2end)
         args, c2, n = _layer_args(i, name, args, n, [channels[x] for x in ([f] if isinstance(f, int) else f)])
         if name in BLOCK_COSTS and c2 != kept_width:

@@ -223,8 +223,9 @@ def test_main_bad_inputs_exit_1(tmp_path, log, case, expected):
 
 def test_parse_opt_yolov5_defaults_and_aliases():
     opt = detect.parse_opt([])
-    assert opt.weights == ["yolov5s.pt"] and opt.imgsz == [640, 640] and opt.conf_thres == 0.25
-    assert opt.iou_thres == 0.45 and opt.max_det == 1000 and opt.project == "runs/detect" and opt.name == "exp"
+    # The size and thresholds are the model's unless given: its training size, its family's thresholds
+    assert opt.weights == "yolov5s.pt" and opt.imgsz is None and opt.conf_thres is None and opt.source is None
+    assert opt.iou_thres is None and opt.max_det == 1000 and opt.project == "runs/detect" and opt.name == "exp"
     assert opt.line_thickness is None and opt.vid_stride == 1 and opt.half is None and not opt.bf16  # None: scaled
     assert detect.parse_opt(["--img", "320"]).imgsz == [320, 320]
     assert detect.parse_opt(["--imgsz", "320", "480"]).imgsz == [320, 480]

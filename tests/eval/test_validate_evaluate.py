@@ -69,7 +69,13 @@ def test_the_same_numbers_as_test_py(model, loader, split, shared, tmp_path):
     """evaluate() on test.py's loader scores like test.py's standalone run on the weights file."""
     data = {"val": str(split), "nc": 80, "names": NAMES}
     standalone = validate_weights(
-        data, str(shared / "weights/yolov5n.pt"), batch_size=4, imgsz=256, workers=0, plots=False, project=tmp_path
+        data,
+        weights=str(shared / "weights/yolov5n.pt"),
+        batch_size=4,
+        imgsz=256,
+        workers=0,
+        plots=False,
+        project=tmp_path,
     )
     ours = evaluate(model, loader, NAMES)
     np.testing.assert_array_equal(ours.metrics.stats, standalone.metrics.stats)

@@ -347,22 +347,6 @@ def _save_json_and_check(
     return stats
 
 
-def write_results_json(
-    path: Path, metrics: DetectionMetrics, speed_ms: tuple[float, float, float], pycocotools: np.ndarray | None = None
-) -> None:
-    """results.json: the summary metrics, the per-class table, speed, image/instance counts, pycocotools' stats."""
-    out = {
-        "metrics": metrics.summary_dict(),
-        "per_class": metrics.per_class_dict(),
-        "speed_ms": dict(zip(("preprocess", "inference", "nms"), (float(t) for t in speed_ms))),
-        "images": metrics.images,
-        "instances": int(metrics.instances.sum()),
-    }
-    if pycocotools is not None:
-        out["pycocotools"] = {"stats": [float(x) for x in pycocotools]}
-    path.write_text(json.dumps(out, indent=2))
-
-
 def _label_files(files: list[str], folder: Path) -> dict[str, Path]:
     """--save-txt's file for each image: labels/<stem>.txt, with _2, _3, ... for stems already taken."""
     out, taken = {}, set()

@@ -6,8 +6,7 @@ exp2, ...; --exist-ok reuses only a folder a run made), never into one that hold
 """
 
 import contextlib
-import errno
-import os
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -15,91 +14,86 @@ import torch
 from models.api.ensemble import load_models
 from models.api.tta import TTAModel
 from models.export.backends import load_exported
-from models.export.metadata import is_backend_path
+from models.export.formats import is_backend_path
 from utils.data.augment import check_img_size
 from utils.data.config import load_data_config
 from utils.data.loader import create_dataloader
 from utils.data.verify import list_image_files
 from utils.errors import MetricsError, TestError
-from utils.eval.coco_io import evaluate_coco_json, format_coco_stats
 from utils.eval.coco_json import JsonGroundTruth, load_json_ground_truth
-from utils.eval.metrics import DetectionMetrics
+from utils.eval.options import TASKS, TestCommand
+from utils.eval.scoring import reserve_results_dir, write_results_json
 from utils.eval.validate import (
     ValidationOptions,
     ValidationResult,
     check_outside_dataset,
     evaluate,
     make_folder,
-    write_results_json,
 )
-from utils.files import reserve_run_dir
 from utils.infer.outputs import clear_stale_labels
 from utils.log import LOGGER, one_line
 from utils.torch_utils import prepare_for_inference, select_device
 
-TASKS = ("train", "val", "test", "speed")
+DEFAULT_SIZE = 640  # the image size for weights that do not record the size they were trained at
 
 
-def run(
-    data: str | Path | dict,
-    weights: str | Path | list | None = None,
-    batch_size: int = 32,
-    imgsz: int = 640,
-    conf_thres: float = 0.001,
-    iou_thres: float = 0.6,
-    max_det: int = 300,
-    task: str = "val",
-    device: str = "",
-    workers: int = 8,
-    single_cls: bool = False,
-    verbose: bool = False,
-    save_txt: bool = False,
-    save_conf: bool = False,
-    save_json: bool = False,
-    project: str | Path = "runs/test",
-    name: str = "exp",
-    exist_ok: bool = False,
-    half: bool | None = None,
-    bf16: bool = False,
-    plots: bool = True,
-    ann_json: str | None = None,
-    augment: bool = False,
-) -> ValidationResult:
-    """Validate weights on a split of data (a data YAML path or load_data_config's dict), as test.py does.
+def run(data: str | Path | dict = "coco128.yaml", **options) -> ValidationResult:
+    """Validate weights on a split of data (a data YAML path or load_data_config's dict), as test.py does; the
+    keywords are test.py's flags (utils.eval.options.TestCommand's fields).
 
     Several weights files are validated as one ensemble; augment adds test-time augmentation (models/api/tta.py).
     Writes results.json (and, as asked, plots, labels/, predictions.json) into project/name. Raises
     DatasetError, CheckpointError, DownloadError, DeviceError, MetricsError or TestError, each one line.
     """
-    data, split = _task_data(task, data)
-    if task == "speed":  # YOLOv5's speed benchmark: the val split, square images, usual detection thresholds
-        conf_thres, iou_thres, save_json, plots, save_txt = 0.25, 0.45, False, False, False
-    model, device, autocast, channels_last = _load_model(weights, device, half, bf16, augment)
-    nc = 1 if single_cls else _check_classes(model, data)
+    return validate(TestCommand(data=data, **options))
+
+
+def validate(o: TestCommand) -> ValidationResult:
+    """run() on a TestCommand. The size and thresholds left at None are the model's: its training size, its
+    family's validation thresholds (--task speed: its detect thresholds)."""
+    data, split = _task_data(o.task, o.data)
+    model, device, autocast, channels_last = _load_model(o.weights, o.device, o.half, o.bf16, o.augment)
+    if o.task == "speed":  # YOLOv5's speed benchmark: the val split, square images, the family's detect thresholds
+        conf = model.family.predict_conf if o.conf_thres is None else o.conf_thres
+        iou = model.family.predict_iou if o.iou_thres is None else o.iou_thres
+        o = replace(o, conf_thres=conf, iou_thres=iou, save_json=False, plots=False, save_txt=False)
+    nc = 1 if o.single_cls else _check_classes(model, data)
     stride = max(int(model.stride.max()), 32)
-    imgsz, batch_size, square = _input_plan(model, check_img_size(imgsz, stride), batch_size, task)
-    loader = _validation_loader(data, split, square, imgsz, batch_size, stride, single_cls, workers, nc)
-    save_dir = _output_folder(project, name, exist_ok, save_txt, loader.dataset)
+    imgsz = check_img_size(training_size(model, o.imgsz, "test"), stride)
+    imgsz, batch_size, square = _input_plan(model, imgsz, o.batch_size, o.task)
+    loader = _validation_loader(data, split, square, imgsz, batch_size, stride, o.single_cls, o.workers, nc)
+    save_dir = _output_folder(o.project, o.name, o.exist_ok, o.save_txt, loader.dataset)
+    ann_json = _ground_truth_json(o.ann_json, data, loader.dataset.im_files, use=not o.single_cls and o.task != "speed")
     options = ValidationOptions(
-        conf_thres=conf_thres,
-        iou_thres=iou_thres,
-        max_det=max_det,
-        single_cls=single_cls,
-        ann_json=_ground_truth_json(ann_json, data, loader.dataset.im_files, use=not single_cls and task != "speed"),
+        conf_thres=o.conf_thres,
+        iou_thres=o.iou_thres,
+        max_det=o.max_det,
+        single_cls=o.single_cls,
+        ann_json=ann_json,
         save_dir=save_dir,
-        plots=plots,
-        save_txt=save_txt,
-        save_conf=save_conf,
-        save_json=save_json,
+        plots=o.plots,
+        save_txt=o.save_txt,
+        save_conf=o.save_conf,
+        save_json=o.save_json,
         verbose=True,
-        per_class=verbose or len(data["names"]) < 50,
+        per_class=o.verbose or len(data["names"]) < 50,
         autocast=autocast,
         channels_last=channels_last,
     )
     _warm_up(model, device, imgsz, options)
     result = evaluate(model, loader, list(data["names"]), options=options)
-    _save_results(save_dir, result, save_txt)
+    _save_results(save_dir, result, o.save_txt)
     return result
+
+
+def training_size(model, imgsz: int | None, what: str) -> int:
+    """imgsz when given, else the size the model was trained at (640 when its weights do not say); one log line
+    with the family's thresholds' source."""
+    trained = getattr(model, "imgsz", None)
+    size = imgsz or trained or DEFAULT_SIZE
+    said = "--img" if imgsz else "the size the weights record" if trained else "the default"
+    LOGGER.info(f"{model.family.title} model: {what} image size {size} ({said})")
+    return size
 
 
 def _task_data(task: str, data: str | Path | dict) -> tuple[dict, str]:
@@ -116,7 +110,7 @@ def _task_data(task: str, data: str | Path | dict) -> tuple[dict, str]:
 def _output_folder(project: str | Path, name: str, exist_ok: bool, save_txt: bool, dataset) -> Path:
     """project/name reserved for this run, checked to hold no dataset file, with an empty labels/ for --save-txt
     (so that it holds this run's labels only)."""
-    save_dir = _reserve(project, name, exist_ok)
+    save_dir = reserve_results_dir(project, name, exist_ok)
     check_outside_dataset(save_dir, dataset)
     make_folder(save_dir / "labels" if save_txt else save_dir)
     if save_txt:
@@ -131,16 +125,6 @@ def _save_results(save_dir: Path, result: ValidationResult, save_txt: bool) -> N
     LOGGER.info(
         f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt else "")
     )
-
-
-def _reserve(project: str | Path, name: str, exist_ok: bool) -> Path:
-    """The run folder project/name (exp, exp2, ...; with exist_ok only a run's own folder), created and marked."""
-    if not str(name).strip():  # project/'' is project itself, which would be incremented to a sibling folder
-        raise TestError("--name is empty: give the run folder's name (default exp)")
-    if Path(project).exists() and not Path(project).is_dir():  # say so, rather than mkdir's 'File exists'
-        folder = (Path(project) / name).absolute()
-        raise TestError(f"cannot create the results folder {folder}: {os.strerror(errno.ENOTDIR)}")
-    return reserve_run_dir(Path(project) / name, exist_ok)
 
 
 def _count_images(data: dict, split: str) -> int:
@@ -248,22 +232,3 @@ def _ground_truth_json(ann_json: str | None, data: dict, files: list[str], use: 
     except MetricsError as e:
         source = "" if ann_json else " (the data YAML's ann_json; remove it to score against the YOLO labels)"
         raise TestError(f"{one_line(e)}{source}") from None
-
-
-def score_files(
-    ann_json: str | Path,
-    pred_json: str | Path,
-    project: str | Path = "runs/test",
-    name: str = "exp",
-    exist_ok: bool = False,
-) -> DetectionMetrics:
-    """Score an existing COCO results file against a COCO annotations file; print the 12 numbers, save results.json."""
-    metrics = evaluate_coco_json(ann_json, pred_json)
-    LOGGER.info(
-        f"{Path(pred_json).name} against {Path(ann_json).name} ({metrics.images} images, "
-        f"{int(metrics.instances.sum())} instances):\n{format_coco_stats(metrics.stats)}"
-    )
-    save_dir = _reserve(project, name, exist_ok)
-    write_results_json(save_dir / "results.json", metrics, (0.0, 0.0, 0.0))
-    LOGGER.info(f"Results saved to {save_dir}")
-    return metrics

@@ -115,6 +115,38 @@ class DetectRun:
     skipped: list[str] = field(default_factory=list)
 
 
+@dataclass
+class DetectCommand:
+    """detect.py's options: its flags, the same names and defaults (tests/commands/test_options.py checks both
+    ways), and run()'s keywords. None for the size or a threshold: the model's (its training size; its family's
+    thresholds, YOLOv5 conf 0.25 / IoU 0.45, YOLOv8/YOLO11/YOLO26 0.25 / 0.7; an ensemble: its first model's)."""
+
+    weights: str | Path | list = "yolov5s.pt"
+    source: str | Path | None = None
+    imgsz: int | list[int] | tuple[int, ...] | None = None
+    conf_thres: float | None = None
+    iou_thres: float | None = None
+    max_det: int = 1000
+    device: str = ""
+    view_img: bool = False
+    save_txt: bool = False
+    save_conf: bool = False
+    save_crop: bool = False
+    nosave: bool = False
+    classes: list[int] | None = None
+    agnostic_nms: bool = False
+    project: str | Path = "runs/detect"
+    name: str = "exp"
+    exist_ok: bool = False
+    line_thickness: int | None = None
+    hide_labels: bool = False
+    hide_conf: bool = False
+    half: bool | None = None
+    vid_stride: int = 1
+    bf16: bool = False
+    augment: bool = False
+
+
 def inference_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -> list[int]:
     """[h, w] image size rounded up to multiples of stride (with a warning when it changes)."""
     size = [int(imgsz)] * 2 if isinstance(imgsz, (int, float)) else [int(v) for v in imgsz]
@@ -192,7 +224,7 @@ class Predictor:
         self.stride = int(model.stride.max())
         # What the model's family (models/nn/family.py) decides: final detections without NMS (YOLO26's end-to-end
         # head), boxes rounded to whole pixels (YOLOv5's detect rounds them)
-        self.end2end, self.pixel_boxes = model.family.end2end, model.family.pixel_boxes
+        self.family = model.family
         options = self.options
         self.classes = self._checked_classes(options.classes)
         self.img_size, self.auto = inference_size(options.img_size, self.stride), True
@@ -242,7 +274,7 @@ class Predictor:
     def nms(self, pred: torch.Tensor) -> torch.Tensor:
         """(n, 6) detections of one image's raw predictions, highest confidence first."""
         o = self.options
-        if self.end2end:
+        if self.family.end2end:
             return end2end_detections(pred, o.conf_thres, self.classes, o.max_det)[0]
         return non_max_suppression(pred, o.conf_thres, o.iou_thres, self.classes, o.agnostic, max_det=o.max_det)[0]
 
@@ -268,7 +300,7 @@ class Predictor:
         with torch.inference_mode(), self.precision.autocast:
             x, det, times = self._timed(im)
             det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], original.shape)
-            if self.pixel_boxes:
+            if self.family.pixel_boxes:
                 det[:, :4] = det[:, :4].round()
         self.totals = [t + dt for t, dt in zip(self.totals, times)]
         self.count += 1
@@ -296,3 +328,23 @@ class Predictor:
                 LOGGER.info("%s%dx%d %s%.1fms", log, h, w, text, times[1] * 1e3)
             result = ImageResult(path, frame, original.shape[:2], boxes, times[1] * 1e3)
             yield Prediction(result, original, video, capture, getattr(loader, "fps", 30.0), input_shape, times)
+
+
+def detect_all(predictor: "Predictor", checked: Source, outputs, save_dir: Path) -> DetectRun:
+    """detect.py's loop: every prediction of the checked source through outputs (a utils.infer.outputs.Outputs);
+    what was done."""
+    out = DetectRun(save_dir=save_dir, names=predictor.names)
+    try:
+        for prediction in predictor.stream(checked):
+            out.results.append(prediction.result)
+            if not outputs.write(prediction):
+                break
+    finally:
+        outputs.close()
+    out.skipped = list(predictor.skipped)
+    if out.results:
+        out.speed_ms = predictor.speed_ms
+        LOGGER.info(predictor.speed_line())
+        if outputs.saved_line():
+            LOGGER.info(outputs.saved_line())
+    return out

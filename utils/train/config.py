@@ -5,11 +5,16 @@ records both in opt.yaml and in the checkpoints, which --resume reads back."""
 
 import argparse
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
+from models.nn.config import load_cfg
+from models.nn.family import YOLOV5, Family, family_of_checkpoint, family_of_config, family_of_weights_name
+from models.weights.checkpoint import load_checkpoint
+from utils import downloads
 from utils.data.hyp import load_hyp
+from utils.errors import YoloError
 from utils.files import DATA_DIR, REPO_ROOT
 
-DEFAULT_HYP = DATA_DIR / "hyp.scratch.yaml"  # YOLOv5's hyp.scratch-low values, from weights and from scratch alike
 DEFAULT_PROJECT = REPO_ROOT / "runs" / "train"
 
 
@@ -22,7 +27,7 @@ class TrainConfig:
     cfg: str = ""  # model YAML (from scratch, or a different head for --weights)
     data: str = "coco128.yaml"
     hyp: dict = field(default_factory=dict)  # the values; empty: read from hyp_file
-    hyp_file: str = ""  # where they came from ('' : DEFAULT_HYP)
+    hyp_file: str = ""  # where they came from ('' : the model family's default file)
     single_cls: bool = False
     # How long, how big
     epochs: int = 100
@@ -60,8 +65,9 @@ class TrainConfig:
 
     def __post_init__(self):
         # Frozen: the two normalisations happen here, once, before anyone reads the config.
-        if not self.hyp:
-            object.__setattr__(self, "hyp_file", self.hyp_file or str(DEFAULT_HYP))
+        if not self.hyp:  # the model family's default file (YOLOv5's when the model cannot be read yet)
+            family = model_family(self.cfg, self.weights) or YOLOV5
+            object.__setattr__(self, "hyp_file", self.hyp_file or str(DATA_DIR / family.hyp_file))
             object.__setattr__(self, "hyp", load_hyp(self.hyp_file))
         object.__setattr__(self, "freeze", tuple(self.freeze))
 
@@ -88,3 +94,20 @@ def _plain(value):
     if isinstance(value, dict):
         return {str(k): _plain(x) for k, x in value.items()}
     return str(value)
+
+
+def model_family(cfg: str, weights: str) -> Family | None:
+    """The family of the model train.py will build: from --cfg when given, else from the --weights file (or an
+    official name not downloaded yet). None when neither can be read: the Trainer then reports why."""
+    try:
+        if cfg:
+            return family_of_config(load_cfg(cfg))
+        if not weights:
+            return None
+        path = Path(weights)
+        local = path if path.is_file() or path.name != str(weights) else downloads.WEIGHTS_DIR / path
+        if local.is_file():
+            return family_of_checkpoint(load_checkpoint(local))
+        return family_of_weights_name(path.name)
+    except (YoloError, FileNotFoundError, OSError):
+        return None

@@ -3,17 +3,13 @@ combinations that cannot run (each a one-line TrainError)."""
 
 import argparse
 import math
-from pathlib import Path
 
-from models.nn.config import load_cfg
-from models.nn.family import YOLOV5, Family, family_of_checkpoint, family_of_config, family_of_weights_name
-from models.weights.checkpoint import load_checkpoint
-from utils import downloads
+from models.nn.family import YOLOV5
 from utils.cli import Parser, float_in, int_in
-from utils.errors import TrainError, YoloError
+from utils.errors import TrainError
 from utils.files import DATA_DIR
 from utils.log import LOGGER
-from utils.train.config import DEFAULT_PROJECT
+from utils.train.config import DEFAULT_PROJECT, model_family
 from utils.train.distributed import RANK
 
 
@@ -48,23 +44,6 @@ def default_hyp(opt: argparse.Namespace | None = None) -> str:
     why = "Ultralytics' defaults" if family.optimizer == "ultralytics" else "YOLOv5's default"
     LOGGER.info(f"hyperparameters: data/{file.name} ({why}, for {family.title} models; --hyp to choose)")
     return str(file)
-
-
-def model_family(cfg: str, weights: str) -> Family | None:
-    """The family of the model train.py will build: from --cfg when given, else from the --weights file (or an
-    official name not downloaded yet). None when neither can be read: the Trainer then reports why."""
-    try:
-        if cfg:
-            return family_of_config(load_cfg(cfg))
-        if not weights:
-            return None
-        path = Path(weights)
-        local = path if path.is_file() or path.name != str(weights) else downloads.WEIGHTS_DIR / path
-        if local.is_file():
-            return family_of_checkpoint(load_checkpoint(local))
-        return family_of_weights_name(path.name)
-    except (YoloError, FileNotFoundError, OSError):
-        return None
 
 
 def check_options(opt: argparse.Namespace) -> None:
