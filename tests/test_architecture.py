@@ -139,3 +139,98 @@ def test_modules_are_a_few_hundred_lines():
         if (n := len(f.read_text().splitlines())) > MAX_MODULE_LINES
     ]
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+# A model family is told apart in one place: its declaration (models/nn/family.py), and the head module that
+# defines the heads (models/nn/head.py). Every other engine reads model.family; none of these may appear there.
+# utils/downloads.py names the release assets that can be downloaded (by file name): which files exist, not what a
+# family does.
+FAMILY_DECLARATIONS = ("models/nn/family.py", "models/nn/head.py", "utils/downloads.py")
+FAMILY_HEADS = {"Detect", "AnchorFreeDetect"}  # isinstance(..., Detect): a test by class
+FAMILY_ATTRIBUTES = {"anchor_free", "is_anchor_free", "has_one2one", "pixel_boxes"}  # by attribute or predicate
+FAMILY_KEYS = {"dfl", "anchors", "end2end", "reg_max"}  # '"dfl" in hyp', '"anchors" not in cfg': by hyp/config key
+FAMILY_NAMES = ("yolov5", "yolov8", "yolo11", "yolo26", r"yolo(v8|11|26)", r"yolov5")  # a file name compared or matched
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+def _read_from_family(node: ast.AST) -> bool:
+    """family.pixel_boxes, model.family.end2end: what the declaration says, read where it should be."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    owner = node.value
+    return (isinstance(owner, ast.Name) and owner.id == "family") or (
+        isinstance(owner, ast.Attribute) and owner.attr == "family"
+    )
+
+
+def _family_string(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(FAMILY_NAMES)
+
+
+def _family_tests(source: str) -> list[str]:
+    """Where a module tests for a model family itself: by head class, head attribute, hyp/config key or file name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"line {getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+            if len(node.args) == 2 and _names_in(node.args[1]) & FAMILY_HEADS:
+                found.append(f"{where}: isinstance(..., {ast.unparse(node.args[1])})")
+        if isinstance(node, (ast.Attribute, ast.Name, ast.FunctionDef)) and not _read_from_family(node):
+            name = (
+                node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else node.name
+            )
+            if name in FAMILY_ATTRIBUTES or name.startswith("is_anchor_free"):
+                found.append(f"{where}: {name}")
+        if isinstance(node, ast.Call) and any(
+            isinstance(a, ast.Constant) and a.value in FAMILY_ATTRIBUTES | FAMILY_KEYS for a in node.args[1:2]
+        ):
+            if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+                found.append(f"{where}: {ast.unparse(node)}")
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            keyed = any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and any(
+                isinstance(s, ast.Constant) and s.value in FAMILY_KEYS for s in sides
+            )
+            if keyed or any(_family_string(s) for s in sides):
+                found.append(f"{where}: {ast.unparse(node)}")
+        if isinstance(node, ast.Call) and any(_family_string(a) for a in node.args):
+            func = ast.unparse(node.func)
+            if func.endswith(("compile", "match", "fullmatch", "search", "startswith", "endswith")):
+                found.append(f"{where}: {ast.unparse(node)}")
+    return found
+
+
+def _engine_files() -> list[Path]:
+    """The library and the command lines (scripts/ and benchmarks/ are tools, not engines)."""
+    return [f for f in _project_files() if f.relative_to(ROOT).parts[0] not in ("scripts", "benchmarks")]
+
+
+def test_only_the_family_declarations_tell_families_apart():
+    found = []
+    for file in _engine_files():
+        rel = file.relative_to(ROOT).as_posix()
+        if rel not in FAMILY_DECLARATIONS:
+            found += [f"{rel} {hit}" for hit in _family_tests(file.read_text(encoding="utf-8"))]
+    assert not found, f"family tests outside {FAMILY_DECLARATIONS} (read model.family instead): {found}"
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "if isinstance(model.model[-1], AnchorFreeDetect):\n    pass",
+        "anchor_free = getattr(head, 'anchor_free', False)",
+        "if 'dfl' in hyp:\n    pass",
+        "free = 'anchors' not in cfg",
+        "v8 = re.fullmatch(r'yolo(v8|11|26)[nsmlx]\\.pt', name)",
+        "if name[:6] != 'yolov5':\n    pass",
+        "e2e = getattr(model, 'end2end', False)",
+    ],
+)
+def test_the_family_check_finds_a_planted_test(planted):
+    assert _family_tests(planted), planted
+    assert not _family_tests("iou = model.family.val_iou\nif model.family.anchors or family.pixel_boxes:\n    pass")
