@@ -86,14 +86,6 @@ def check_weights(state: dict[str, torch.Tensor], where: str) -> None:
     check_batchnorm_variances(state, where)
 
 
-def kind_mismatch(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor]) -> str | None:
-    """The first key whose tensor is floating-point in one of the two state dicts and not in the other, or None."""
-    for key, value in state.items():
-        if key in own and own[key].is_floating_point() != value.is_floating_point():
-            return f"{key} is {_describe(value)} in the file but {_describe(own[key])} in the config"
-    return None
-
-
 def _tensors(output) -> list[torch.Tensor]:
     """Every tensor in a model's output (a tensor, or tuples and lists of them)."""
     if isinstance(output, torch.Tensor):

@@ -11,7 +11,6 @@ from models.weights.tensor_checks import (
     check_probe_outputs,
     check_tensor_kinds,
     check_weights,
-    kind_mismatch,
     probe_image,
 )
 from utils.errors import CheckpointError
@@ -98,12 +97,6 @@ def test_non_finite_weights_are_refused(state, value):
     bias[-1] = value
     with pytest.raises(CheckpointError, match="NaN or infinite"):
         check_weights({**state, key: bias}, "x.pt")
-
-
-def test_kind_mismatch_names_the_tensor(state):
-    key = _first(state, "num_batches_tracked")
-    assert kind_mismatch(state, state) is None
-    assert key in kind_mismatch(state, {key: torch.tensor(0.0)})
 
 
 class _Affine(nn.Module):
