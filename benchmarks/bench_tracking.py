@@ -3,12 +3,15 @@ BoT-SORT's camera-motion compensation per frame at 640x360 and 1920x1080 for eac
 
 Usage: python benchmarks/bench_tracking.py [--repeats 5] [--frames 300]
 Each figure is the mean per frame of one run over the frames, as the min and median of --repeats runs, after a
-warm-up run. The objects move on straight lines with detector-like noise, some of them weak (score below
-track_high_thresh) and a few false positives, so both association stages and track births and deaths take part.
+warm-up run: wall time, and this process's CPU time (what the work costs when other programs share the cores; the
+machine's load average is printed with the table). The objects move on straight lines with detector-like noise,
+some of them weak (score below track_high_thresh), with a few false positives, so both association stages and
+track births and deaths take part.
 """
 
 import argparse
 import json
+import os
 import platform
 import time
 
@@ -43,29 +46,41 @@ def _detections(n_objects: int, frames: int, seed: int = 0) -> list[np.ndarray]:
 def bench_bytetrack(n_objects: int, frames: int, repeats: int) -> dict:
     detections = _detections(n_objects, frames)
     config = load_tracker_config("bytetrack.yaml")
-    per_frame = []
+    wall, cpu = [], []
     for run in range(repeats + 1):
         tracker = ByteTracker(config)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for d in detections:
             tracker.update(d)
         if run:  # the first run warms up
-            per_frame.append(1e3 * (time.perf_counter() - t0) / frames)
-    return {"objects": n_objects, "tracked_last_frame": len(tracker.tracked), "ms_per_frame": _stats(per_frame)}
+            wall.append(1e3 * (time.perf_counter() - t0) / frames)
+            cpu.append(1e3 * (time.process_time() - c0) / frames)
+    return {"objects": n_objects, "tracked": len(tracker.tracked), "ms_per_frame": _stats(wall), "cpu_ms": _stats(cpu)}
 
 
 def bench_gmc(width: int, height: int, method: str, frames: int, repeats: int) -> dict:
     renderer = SceneRenderer(SceneOptions(frames=frames, width=width, height=height, seed=0))
     images = [renderer.frame(t)[0] for t in range(frames)]
-    per_frame = []
+    wall, cpu = [], []
     for run in range(repeats + 1):
         motion = CameraMotion(method)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for image in images:
             motion.estimate(image)
         if run:
-            per_frame.append(1e3 * (time.perf_counter() - t0) / frames)
-    return {"size": f"{width}x{height}", "gmc_method": method, "ms_per_frame": _stats(per_frame)}
+            wall.append(1e3 * (time.perf_counter() - t0) / frames)
+            cpu.append(1e3 * (time.process_time() - c0) / frames)
+    return {"size": f"{width}x{height}", "gmc_method": method, "ms_per_frame": _stats(wall), "cpu_ms": _stats(cpu)}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -77,11 +92,12 @@ def main() -> None:
     rows = [bench_bytetrack(n, args.frames, args.repeats) for n in (10, 50, 200)]
     for width, height in ((640, 360), (1920, 1080)):
         rows += [bench_gmc(width, height, m, args.gmc_frames, args.repeats) for m in ("sparseOptFlow", "orb", "ecc")]
-    print(f"CPU: {platform.processor() or platform.machine()}")
-    print("| what | min ms/frame | median ms/frame |\n|---|---|---|")
+    print(f"CPU: {_cpu_name()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print("| what | wall ms/frame min | median | CPU ms/frame min | median |\n|---|---|---|---|---|")
     for row in rows:
         what = f"ByteTrack, {row['objects']} objects" if "objects" in row else f"GMC {row['gmc_method']}, {row['size']}"
-        print(f"| {what} | {row['ms_per_frame']['min']} | {row['ms_per_frame']['median']} |")
+        wall, cpu = row["ms_per_frame"], row["cpu_ms"]
+        print(f"| {what} | {wall['min']} | {wall['median']} | {cpu['min']} | {cpu['median']} |")
     print(json.dumps(rows))
 
 

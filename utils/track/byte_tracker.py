@@ -13,7 +13,7 @@ import numpy as np
 
 from utils.track.config import TrackerConfig
 from utils.track.matching import assign, iou_cost
-from utils.track.tracks import Track, TrackState, predict_all
+from utils.track.tracks import Track, TrackState, boxes_xyxy, predict_all, update_all
 
 SECOND_STAGE_MAX_COST = 0.5  # weak detections need IoU >= 0.5 with a track (ByteTrack's value)
 UNCONFIRMED_MAX_COST = 0.7  # a new track's second detection needs IoU >= 0.3
@@ -38,22 +38,22 @@ class ByteTracker:
         self.frame_id = 0
         self._ids = itertools.count(1)
 
-    def _costs(self, tracks: list[Track], detections: list[Track], fuse: bool) -> np.ndarray:
-        boxes = np.array([t.xyxy for t in tracks]).reshape(-1, 4)
-        det_boxes = np.array([d.box for d in detections]).reshape(-1, 4)
-        scores = np.array([d.score for d in detections]) if fuse and self.config.fuse_score else None
-        return iou_cost(boxes, det_boxes, scores)
+    def _costs(self, tracks: list[Track], detections: np.ndarray, fuse: bool) -> np.ndarray:
+        if not tracks or not len(detections):
+            return np.ones((len(tracks), len(detections)))
+        scores = detections[:, 4] if fuse and self.config.fuse_score else None
+        return iou_cost(boxes_xyxy(tracks), detections[:, :4], scores)
 
     def _compensate(self, tracks: list[Track], frame: np.ndarray | None) -> None:
         """Camera-motion compensation: none for ByteTrack (BoT-SORT overrides this)."""
 
-    def _split(self, detections: np.ndarray) -> tuple[list[Track], list[Track]]:
+    def _split(self, detections: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Confident and weak detections as rows x1, y1, x2, y2, score, cls, index in the input."""
         d = np.asarray(detections, np.float64).reshape(-1, 6)
+        d = np.concatenate([d, np.arange(len(d), dtype=np.float64)[:, None]], axis=1)
         cfg = self.config
-        high = [Track(d[i, :4], d[i, 4], d[i, 5], i) for i in np.flatnonzero(d[:, 4] >= cfg.track_high_thresh)]
         weak = (d[:, 4] > cfg.track_low_thresh) & (d[:, 4] < cfg.track_high_thresh)
-        low = [Track(d[i, :4], d[i, 4], d[i, 5], i) for i in np.flatnonzero(weak)]
-        return high, low
+        return d[d[:, 4] >= cfg.track_high_thresh], d[weak]
 
     def update(self, detections: np.ndarray, frame: np.ndarray | None = None) -> np.ndarray:
         self.frame_id += 1
@@ -73,22 +73,23 @@ class ByteTracker:
         for i in rest2:
             still[i].state = TrackState.LOST
         # new tracks seen once before: confirmed by a confident detection, else dropped
-        high = [high[j] for j in high_left]
+        high = high[high_left]
         pairs, dropped, high_left = assign(self._costs(unconfirmed, high, fuse=True), UNCONFIRMED_MAX_COST)
         found += self._apply(unconfirmed, high, pairs)
         for i in dropped:
             unconfirmed[i].state = TrackState.REMOVED
-        for j in high_left:
-            if high[j].score >= self.config.new_track_thresh:
-                high[j].activate(next(self._ids), self.frame_id, confirmed=self.frame_id == 1)
-                found.append(high[j])
+        for row in high[high_left]:
+            if row[4] >= self.config.new_track_thresh:
+                track = Track(row[:4], row[4], row[5], int(row[6]))
+                track.activate(next(self._ids), self.frame_id, confirmed=self.frame_id == 1)
+                found.append(track)
         self._bookkeep(pool + unconfirmed, found)
         return self._output()
 
-    def _apply(self, tracks: list[Track], detections: list[Track], pairs) -> list[Track]:
-        for i, j in pairs:
-            tracks[i].update(detections[j], self.frame_id)
-        return [tracks[i] for i, _ in pairs]
+    def _apply(self, tracks: list[Track], detections: np.ndarray, pairs) -> list[Track]:
+        matched = [tracks[i] for i, _ in pairs]
+        update_all(matched, detections[[j for _, j in pairs]], self.frame_id)
+        return matched
 
     def _bookkeep(self, previous: list[Track], found: list[Track]) -> None:
         """The new tracked and lost lists: lost tracks past the buffer are dropped, and a lost track that overlaps a
@@ -102,14 +103,15 @@ class ByteTracker:
         self.tracked, self.lost = _drop_duplicates(tracked, lost, self.frame_id)
 
     def _output(self) -> np.ndarray:
-        rows = [[*t.xyxy, t.track_id, t.score, t.cls, t.det_index] for t in self.tracked if t.is_activated]
-        return np.array(rows, np.float64).reshape(-1, OUTPUT_COLUMNS)
+        shown = [t for t in self.tracked if t.is_activated]
+        info = np.array([(t.track_id, t.score, t.cls, t.det_index) for t in shown], np.float64).reshape(-1, 4)
+        return np.concatenate([boxes_xyxy(shown), info], axis=1)
 
 
 def _drop_duplicates(tracked: list[Track], lost: list[Track], frame_id: int) -> tuple[list[Track], list[Track]]:
     if not tracked or not lost:
         return tracked, lost
-    cost = iou_cost(np.array([t.xyxy for t in tracked]), np.array([t.xyxy for t in lost]))
+    cost = iou_cost(boxes_xyxy(tracked), boxes_xyxy(lost))
     drop_tracked, drop_lost = set(), set()
     for i, j in zip(*np.nonzero(cost < DUPLICATE_MAX_COST)):
         if frame_id - tracked[i].start_frame > frame_id - lost[j].start_frame:

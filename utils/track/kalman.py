@@ -7,7 +7,6 @@ at once (means (n, 8), covariances (n, 8, 8)), so a frame costs a few array oper
 """
 
 import numpy as np
-import scipy.linalg
 
 STD_POSITION = 1.0 / 20
 STD_VELOCITY = 1.0 / 160
@@ -42,23 +41,24 @@ def predict(mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def project(mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The predicted measurement (n, 4) and its covariance (n, 4, 4) including the detector's noise R."""
+    """The predicted measurement (n, 4) and its covariance (n, 4, 4) including the detector's noise R. The
+    observation picks the first four state entries, so H P H^T is P's top-left block."""
     std = STD_POSITION * _sizes(mean)
-    cov = OBSERVATION @ covariance @ OBSERVATION.T + np.einsum("ni,ij->nij", std**2, np.eye(4))
-    return mean @ OBSERVATION.T, cov
+    cov = covariance[:, :4, :4] + np.einsum("ni,ij->nij", std**2, np.eye(4))
+    return mean[:, :4], cov
 
 
 def update(mean: np.ndarray, covariance: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Correct n tracks with their matched (n, 4) cx, cy, w, h detections (the standard Kalman update)."""
+    """Correct n tracks with their matched (n, 4) cx, cy, w, h detections (the standard Kalman update, all n
+    solved in one batched call: the gain K = P H^T S^-1 comes from solving S K^T = H P, S symmetric)."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    new_mean, new_cov = np.empty_like(mean), np.empty_like(covariance)
-    projected, projected_cov = project(mean, covariance)
-    for i in range(len(mean)):  # n is the matched tracks of one frame: a Cholesky solve each is cheap
-        cross = covariance[i] @ OBSERVATION.T  # (8, 4)
-        chol = scipy.linalg.cho_factor(projected_cov[i], lower=True, check_finite=False)
-        gain = scipy.linalg.cho_solve(chol, cross.T, check_finite=False).T  # (8, 4)
-        new_mean[i] = mean[i] + gain @ (boxes[i] - projected[i])
-        new_cov[i] = covariance[i] - gain @ projected_cov[i] @ gain.T
+    if not len(mean):
+        return mean, covariance
+    projected, innovation_cov = project(mean, covariance)
+    cross = covariance[:, :, :4]  # P H^T, (n, 8, 4)
+    gain = np.linalg.solve(innovation_cov, cross.transpose(0, 2, 1)).transpose(0, 2, 1)
+    new_mean = mean + np.einsum("nij,nj->ni", gain, boxes - projected)
+    new_cov = covariance - gain @ innovation_cov @ gain.transpose(0, 2, 1)
     return new_mean, new_cov
 
 

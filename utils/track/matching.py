@@ -7,11 +7,13 @@ from scipy.optimize import linear_sum_assignment
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IoU matrix (n, m) of (n, 4) and (m, 4) x1, y1, x2, y2 boxes."""
     a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.clip(rb - lt, 0, None).prod(2)
-    area_a = (a[:, 2:] - a[:, :2]).clip(0).prod(1)
-    area_b = (b[:, 2:] - b[:, :2]).clip(0).prod(1)
+    if not len(a) or not len(b):
+        return np.zeros((len(a), len(b)))
+    w = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
+    h = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
+    inter = w * h
+    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
+    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
     return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
 
 

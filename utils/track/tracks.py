@@ -39,11 +39,11 @@ class Track:
         self.track_id, self.state, self.is_activated = track_id, TrackState.TRACKED, confirmed
         self.start_frame = self.frame_id = frame_id
 
-    def update(self, detection: "Track", frame_id: int) -> None:
-        """Correct with a matched detection; a lost track found again keeps its identity."""
-        mean, cov = kalman.update(self.mean[None], self.covariance[None], xyxy_to_cxcywh(detection.box))
-        self.mean, self.covariance = mean[0], cov[0]
-        self.score, self.cls, self.det_index = detection.score, detection.cls, detection.det_index
+    def take(self, detection: np.ndarray, mean: np.ndarray, covariance: np.ndarray, frame_id: int) -> None:
+        """Take a matched detection (x1, y1, x2, y2, score, cls, index) and the Kalman state corrected with it
+        (update_all); a lost track found again keeps its identity."""
+        self.mean, self.covariance = mean, covariance
+        self.score, self.cls, self.det_index = float(detection[4]), float(detection[5]), int(detection[6])
         self.state, self.is_activated, self.frame_id = TrackState.TRACKED, True, frame_id
 
     @property
@@ -53,6 +53,26 @@ class Track:
             return self.box.copy()
         cx, cy, w, h = self.mean[:4]
         return np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+
+
+def boxes_xyxy(tracks: list[Track]) -> np.ndarray:
+    """(n, 4) x1, y1, x2, y2 of tracks (their Kalman estimate), in one array operation."""
+    if not tracks:
+        return np.zeros((0, 4))
+    c = np.array([t.mean[:4] for t in tracks])
+    return np.concatenate([c[:, :2] - c[:, 2:] / 2, c[:, :2] + c[:, 2:] / 2], axis=1)
+
+
+def update_all(tracks: list[Track], detections: np.ndarray, frame_id: int) -> None:
+    """Correct each track with its detection row (x1, y1, x2, y2, score, cls, index; same order as tracks), all in
+    one batched Kalman update."""
+    if not tracks:
+        return
+    mean = np.stack([t.mean for t in tracks])
+    cov = np.stack([t.covariance for t in tracks])
+    mean, cov = kalman.update(mean, cov, xyxy_to_cxcywh(detections[:, :4]))
+    for t, d, m, c in zip(tracks, detections, mean, cov):
+        t.take(d, m, c, frame_id)
 
 
 def predict_all(tracks: list[Track]) -> None:
