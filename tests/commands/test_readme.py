@@ -1,4 +1,5 @@
-"""Every command in README.md, run exactly as written, in README order, in a copy of the repository.
+"""Every command in README.md and the docs pages that hold its reference (docs/models.md, commands.md, export.md),
+run exactly as written, in order (README first), in a copy of the repository.
 
 The copy (tracked and untracked-but-not-ignored files) gets what a user following the README has: official
 yolov5n.pt in weights/, COCO128 in ../datasets/coco128 (a link to ../shared), and the README's placeholder
@@ -23,6 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 README = REPO / "README.md"
+DOCUMENTS = (README, *(REPO / "docs" / name for name in ("models.md", "commands.md", "export.md")))
 
 pytestmark = [
     pytest.mark.skipif(
@@ -75,18 +77,20 @@ def expected(command: str) -> str:
 
 
 def readme_blocks(language: str) -> list[str]:
-    """The README's fenced code blocks of one language, in order."""
-    return re.findall(rf"^```{language}\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
+    """The fenced code blocks of one language in the README and its reference pages, in order."""
+    text = "\n".join(doc.read_text(encoding="utf-8") for doc in DOCUMENTS if doc.is_file())
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.M | re.S)
 
 
 def readme_commands() -> list[str]:
-    """Every command line of the README's bash blocks: continuations joined, trailing comments dropped."""
+    """Every command line of the bash blocks: continuations joined, trailing comments dropped, each once."""
     commands = []
     for block in readme_blocks("bash"):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
-            if line and not line.startswith("#"):
-                commands.append(" ".join(line.split()))
+            line = " ".join(line.split())
+            if line and not line.startswith("#") and line not in commands:  # a command repeated in a page: once
+                commands.append(line)
     return commands
 
 
