@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from utils.boxes import scale_boxes, xywhn2xyxy
-from utils.data import config, dataset, download
+from utils.data import config, download, label_loading
 from utils.data.config import load_data_config
 from utils.data.dataset import LoadImagesAndLabels
 from utils.data.hyp import HYP_KEYS, load_hyp
@@ -193,13 +193,13 @@ def test_cache_reused_and_rebuilt_when_labels_change(tmp_path, log, monkeypatch)
     def fail(*args):
         raise AssertionError("verified again although the cache is valid")
 
-    verify = dataset.verify_image_label
+    verify = label_loading.verify_image_label
 
-    monkeypatch.setattr(dataset, "verify_image_label", fail)
+    monkeypatch.setattr(label_loading, "verify_image_label", fail)
     log.clear()
     ds = LoadImagesAndLabels(images, img_size=64, nc=2)
     assert "New cache created" not in log.text and [len(x) for x in ds.labels] == [1, 1]
-    monkeypatch.setattr(dataset, "verify_image_label", verify)
+    monkeypatch.setattr(label_loading, "verify_image_label", verify)
 
     label = tmp_path / "labels" / "train" / "b.txt"
     label.write_text("1 0.5 0.5 0.4 0.4\n0 0.1 0.1 0.1 0.1\n")

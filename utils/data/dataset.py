@@ -9,7 +9,6 @@ import random
 import secrets
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -18,22 +17,17 @@ from torch.nn import functional as F  # noqa: N812
 from torch.utils.data import Dataset, get_worker_info
 
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
-from utils.data.annotations import AnnotatedSplit
 from utils.data.augment import augment_hsv, letterbox, mixup, mosaic_warp, random_flip, random_perspective
 from utils.data.cache import (
-    CACHE_VERSION,
-    _files_hash,
-    _load_cache,
     _load_npy,
     _npy_path,
     _own_cache_folder,
     _prune_image_cache,
-    _save_cache,
     image_cache_dirs,
-    label_cache_paths,
 )
 from utils.data.hyp import load_hyp
-from utils.data.verify import img2label_paths, list_image_files, verify_image_label, verify_image_rows
+from utils.data.label_loading import load_split_labels, no_labels_message
+from utils.data.verify import img2label_paths, list_image_files
 from utils.errors import DatasetError
 from utils.files import DATA_DIR
 from utils.images import (
@@ -101,113 +95,15 @@ class LoadImagesAndLabels(Dataset):
 
     # -- labels --------------------------------------------------------------------------------------------------------
     def _load_labels(self, im_files: list[str], lb_files: list[str]) -> tuple[list[str], list[np.ndarray], list]:
-        """Verified (images, labels, shapes), from the cache when its hash matches; logs the summary."""
-        candidates, digest, scan = self._label_plan(im_files, lb_files)
-        self.cache_places = candidates  # the disk image cache goes beside whichever of these is usable
-        listed = set(im_files)
-        cache = next((c for c in (_load_cache(f, digest, listed, self.prefix) for f in candidates) if c), None)
-        if cache is None:
-            cache = scan()
-            cache["hash"] = np.array(digest)
-            if cache["counts"].sum():
-                self._save_label_cache(candidates, cache)
-            # else: no box at all (no label files, or all empty): nothing worth caching, and a run that stops
-            # on it must not leave a cache (nor a labels/ folder) in a dataset that holds no labels
-        n_images, n_bg, n_corrupt = (int(x) for x in cache["stats"])
-        counts = cache["counts"]
-        LOGGER.info(
-            f"{self.prefix}{self.path}: {n_images} images, {n_bg} backgrounds, {n_corrupt} corrupt "
-            f"({int(counts.sum())} boxes)"
-        )
-        for msg in cache["msgs"]:
-            LOGGER.warning(f"{self.prefix}WARNING: {msg}")
-        if n_images and not counts.sum():
-            LOGGER.warning(f"{self.prefix}WARNING: {self._no_labels_message(cache['im_files'])}")
-        labels = np.split(cache["labels"].astype(np.float32), np.cumsum(counts)[:-1]) if len(counts) else []
-        labels = [np.ascontiguousarray(lb) for lb in labels]
-        return [str(f) for f in cache["im_files"]], labels, cache["shapes"].tolist()
-
-    def _label_plan(self, im_files: list[str], lb_files: list[str]):
-        """(label cache places, fingerprint, scan) for YOLO label files, or for labels converted from the split's
-        COCO JSON / VOC XML (cached beside the annotations under our own name, else in the user cache folder)."""
-        split = self.path
-        if isinstance(split, AnnotatedSplit):
-            found = split.annotations()
-            rows = dict(zip(found.images, found.rows))
-            places = label_cache_paths(split.cache_source())
-            digest = _files_hash(found.sources + im_files, self.nc, split.recipe())
-            return places, digest, lambda: self._scan(im_files, [rows[f] for f in im_files], verify_image_rows)
-        p = Path(split[0] if isinstance(split, (list, tuple)) else split)
-        places = label_cache_paths(p if p.is_file() else Path(lb_files[0]).parent)
-        digest = _files_hash(lb_files + im_files, self.nc)
-        return places, digest, lambda: self._scan(im_files, lb_files, verify_image_label)
-
-    def _save_label_cache(self, candidates: list[Path], cache: dict) -> None:
-        saved = next((f for f in candidates if _save_cache(f, cache)), None)
-        if saved == candidates[0]:
-            LOGGER.info(f"{self.prefix}New cache created: {saved}")
-        elif saved is not None:
-            why = "holds a file of that name" if os.path.lexists(candidates[0]) else "is not writable"
-            why = why if candidates[0].parent.is_dir() else "does not exist"
-            LOGGER.info(f"{self.prefix}{candidates[0].parent} {why}, label cache saved as {saved}")
-        else:
-            LOGGER.warning(
-                f"{self.prefix}WARNING: cache not saved ({', '.join(str(f.parent) for f in candidates)} not writable)"
-            )
+        """Verified (images, labels, shapes), from the cache when its hash matches (utils.data.label_loading)."""
+        im_files, labels, shapes, self.cache_places = load_split_labels(
+            self.path, im_files, lb_files, self.nc, self.prefix
+        )  # the disk image cache goes beside whichever of cache_places is usable
+        return im_files, labels, shapes
 
     def _no_labels_message(self, im_files) -> str:
-        """Why a split has no box: no label files, only empty ones, or annotations without a usable box."""
-        n = len(im_files)
-        if isinstance(self.path, AnnotatedSplit):
-            return f"no boxes in {self.path} for its {n} images: training needs at least one annotated object"
-        lb_files = img2label_paths([str(f) for f in im_files])
-        im_dirs = sorted({os.path.dirname(str(f)) for f in im_files})
-        lb_dirs = sorted({os.path.dirname(f) for f in lb_files})
-
-        def named(dirs: list[str]) -> str:
-            return dirs[0] + (f" (and {len(dirs) - 1} more folders)" if len(dirs) > 1 else "")
-
-        present = sum(os.path.isfile(f) for f in lb_files)
-        if present:
-            # Background images (an empty label file) train as YOLOv5 and Ultralytics train them, next to images
-            # with boxes. A split of backgrounds only has nothing to learn a box from: YOLOv5's train.py stops on
-            # it (with a traceback); we stop with this line instead of running a training that cannot detect.
-            some = "" if present == n else f" and {n - present} of the {n} images in {named(im_dirs)} have none"
-            return (
-                f"all {present} label files in {named(lb_dirs)} are empty{some} (background images only, no box): "
-                f"training needs at least one labelled box"
-            )
-        return (
-            f"no labels found in {named(lb_dirs)} for the {n} images in {named(im_dirs)}: training "
-            f"needs YOLO label files (images/ -> labels/, .txt)"
-        )
-
-    def _scan(self, im_files: list[str], sources: list, verify) -> dict:
-        """Verify every image with its labels (a label file, or rows converted from annotations) into cache arrays
-        (threads: mostly file I/O)."""
-        workers = min(8, os.cpu_count() or 1, max(1, len(im_files) // 64))
-        nc = self.nc
-        with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda pair: verify(*pair, nc), zip(im_files, sources)))
-        good, msgs, n_bg, n_corrupt = [], [], 0, 0
-        for im_file, labels, shape, msg, status in results:
-            if status == "corrupt":
-                n_corrupt += 1
-                msgs.append(f"{im_file}: ignoring corrupt image/label: {msg}")
-                continue
-            n_bg += status == "background"
-            if msg:
-                msgs.append(f"{im_file}: {msg}")
-            good.append((im_file, labels, shape))
-        return {
-            "version": np.array(CACHE_VERSION),
-            "im_files": np.array([g[0] for g in good], dtype=str),
-            "shapes": np.array([g[2] for g in good], dtype=np.int64).reshape(-1, 2),
-            "counts": np.array([len(g[1]) for g in good], dtype=np.int64),
-            "labels": np.concatenate([g[1] for g in good], 0) if good else np.zeros((0, 5), np.float32),
-            "msgs": np.array(msgs, dtype=str),
-            "stats": np.array([len(good), n_bg, n_corrupt]),
-        }
+        """Why the split has no box (no label files, only empty ones, annotations without a usable box)."""
+        return no_labels_message(self.path, im_files)
 
     def _rect_shapes(self, batch_size: int, pad: float) -> None:
         """Sort images by aspect ratio and give each batch the smallest stride-multiple shape that fits it."""

@@ -1,0 +1,146 @@
+"""The dataset converter: a data YAML's COCO JSON / VOC splits written out as a YOLO dataset (images/ as links or
+copies, labels/ as text files, a data YAML) into a NEW folder, never into or over the source.
+
+The label files hold the very rows training on the annotations uses (utils.data.annotations), each number
+written exactly (the float64 repr of the float32 value), so the converted dataset trains to the same numbers.
+"""
+
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from utils.data.annotation_rows import SplitAnnotations
+from utils.data.annotations import COCO, AnnotatedSplit
+from utils.data.config import load_data_config
+from utils.data.verify import img2label_paths
+from utils.errors import DatasetError
+from utils.log import LOGGER
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class ConvertOptions:
+    """What to convert and where: the data YAML, a new (or empty) output folder, copies instead of links."""
+
+    data: str | Path
+    out: str | Path
+    copy: bool = False
+
+
+@dataclass
+class ConvertResult:
+    """The YAML written and, per split, the number of images and boxes written."""
+
+    yaml_file: Path
+    images: dict[str, int]
+    boxes: dict[str, int]
+
+
+def _format_row(row) -> str:
+    """One label line; float(v) of a float32 is exact, and repr round-trips it: the same float32 when read back."""
+    return " ".join([str(int(row[0]))] + [repr(float(v)) for v in row[1:]])
+
+
+def _source_paths(cfg: dict, splits: dict[str, AnnotatedSplit]) -> list[Path]:
+    """Everything the conversion reads: the dataset root, the annotation files and the images folders."""
+    paths = [Path(cfg["path"])] + [Path(s) for s in splits.values()]
+    paths += [Path(s.image_folder()) for s in splits.values()]
+    return [p.resolve() for p in paths]
+
+
+def _check_target(out: Path, sources: list[Path]) -> None:
+    """A target that does not exist, or an empty folder, and that neither holds nor lies in anything read."""
+    target = out.resolve()
+    for src in sources:
+        if target == src or target.is_relative_to(src) or src.is_relative_to(target):
+            raise DatasetError(f"{out} overlaps the source {src}: choose a folder outside the dataset")
+    if os.path.lexists(out) and (not out.is_dir() or out.is_symlink() or any(out.iterdir())):
+        raise DatasetError(f"{out} exists and is not an empty folder: the converter writes only into a new folder")
+
+
+def _write_split(split: AnnotatedSplit, found: SplitAnnotations, dest: Path, copy: bool) -> int:
+    """dest/images/<the image's path under its folder> (link or copy) and its label file; the number of boxes."""
+    base = Path(split.image_folder())
+    boxes = 0
+    for image, rows in zip(found.images, found.rows):
+        target = dest / os.path.relpath(image, base)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if copy:
+            shutil.copy2(image, target)
+        else:
+            os.symlink(os.path.abspath(image), target)
+        label = Path(img2label_paths([str(target)])[0])
+        label.parent.mkdir(parents=True, exist_ok=True)
+        label.write_text("".join(_format_row(r) + "\n" for r in rows))
+        boxes += len(rows)
+    return boxes
+
+
+def _data_yaml(cfg: dict, folders: dict[str, str], ann_json: str | None, source: str) -> str:
+    content = {**folders, "nc": cfg["nc"], "names": dict(enumerate(cfg["names"]))}
+    if ann_json:
+        content["ann_json"] = ann_json
+    header = (
+        f"# YOLO dataset written by convert_dataset.py from {source}\n"
+        "# path is left out: the dataset root is this file's folder\n"
+    )
+    return header + yaml.safe_dump(content, sort_keys=False, allow_unicode=True)
+
+
+def convert_dataset(opts: ConvertOptions) -> ConvertResult:
+    """Write the COCO JSON / VOC splits of opts.data as a YOLO dataset in opts.out (see the module docstring).
+    Everything is written into a temporary folder beside opts.out and renamed into place at the end, so a failed
+    run leaves nothing; DatasetError (one line) for a target that exists or overlaps the source."""
+    cfg = load_data_config(opts.data)
+    splits = {k: cfg[k] for k in SPLITS if isinstance(cfg.get(k), AnnotatedSplit)}
+    if not splits:
+        raise DatasetError(f"{cfg['yaml_file']} names no COCO JSON or VOC split: nothing to convert")
+    out = Path(opts.out).expanduser().absolute()
+    _check_target(out, _source_paths(cfg, splits))
+    work = out.parent / f".{out.name}.{secrets.token_hex(4)}.tmp"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work.mkdir()
+    try:
+        result = _convert_into(work, cfg, splits, opts.copy)
+        if out.is_dir():
+            out.rmdir()  # empty (checked above); replaced by the finished folder
+        os.rename(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    result.yaml_file = out / result.yaml_file.name
+    LOGGER.info(f"Converted {', '.join(f'{k}: {n} images' for k, n in result.images.items())} into {out}")
+    return result
+
+
+def _convert_into(work: Path, cfg: dict, splits: dict[str, AnnotatedSplit], copy: bool) -> ConvertResult:
+    folders, written, images, boxes = {}, {}, {}, {}
+    for key, split in splits.items():
+        same = next((k for k, s in written.items() if s == split and s.recipe() == split.recipe()), None)
+        if same is not None:  # the same annotations for two splits (COCO128's train and val): written once
+            folders[key], images[key], boxes[key] = folders[same], images[same], boxes[same]
+            continue
+        found = split.annotations()
+        boxes[key] = _write_split(split, found, work / "images" / key, copy)
+        folders[key], images[key], written[key] = f"images/{key}", len(found.images), split
+    for key in SPLITS:  # splits of YOLO label files stay where they are
+        if key not in splits and isinstance(cfg.get(key), (str, list)):
+            folders[key] = cfg[key]
+    ann_json = None
+    val = cfg.get("val")
+    if isinstance(
+        cfg.get("ann_json"), str
+    ):  # the evaluation's ground truth (crowd regions, areas) travels with the dataset
+        (work / "annotations").mkdir()
+        ann_json = f"annotations/{Path(cfg['ann_json']).name}"
+        shutil.copy2(cfg["ann_json"], work / ann_json)
+    elif isinstance(val, AnnotatedSplit) and val.kind == COCO:
+        LOGGER.info(f"{val}: not copied as ann_json (its categories are not the data's classes in id order)")
+    yaml_file = work / "data.yaml"
+    yaml_file.write_text(_data_yaml(cfg, folders, ann_json, cfg["yaml_file"]))
+    return ConvertResult(yaml_file, images, boxes)
