@@ -1,8 +1,9 @@
-"""Train a YOLOv5 detector on a dataset described by a data YAML.
+"""Train a detector (YOLOv5, YOLOv8, YOLO11 or YOLO26) on a dataset described by a data YAML.
 
 Usage:
     python train.py --data coco128.yaml --weights yolov5s.pt --img 640        # from pretrained weights
     python train.py --data coco128.yaml --weights '' --cfg yolov5s.yaml       # from scratch
+    python train.py --data coco128.yaml --weights '' --cfg yolo11n.yaml       # YOLO11, Ultralytics' hyperparameters
     python train.py --resume                                                   # continue the newest unfinished run
     python -m torch.distributed.run --nproc_per_node 2 train.py --data coco128.yaml --weights yolov5s.pt
 """
@@ -28,7 +29,7 @@ from utils.train.trainer import train
 
 
 def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
-    """YOLOv5's train.py flags; a bad value exits 2 with one line naming the flag."""
+    """train.py's flags (YOLOv5's, for every family); a bad value exits 2 with one line naming the flag."""
     return build_parser().parse_args(argv)
 
 

@@ -62,3 +62,21 @@ def test_a_planted_mismatch_is_caught():
     assert set(vars(export.parse_opt([]))) != set(_field_defaults(extra))
     other = dataclasses.make_dataclass("Other", [("batch_size", int, 2)], bases=(export.ExportCommand,))
     assert not _same(vars(export.parse_opt([]))["batch_size"], _field_defaults(other)["batch_size"])
+
+
+@pytest.mark.parametrize("module", [detect, yolo_test, export, train], ids=["detect", "test", "export", "train"])
+def test_every_flag_has_help(module, monkeypatch, capsys):
+    """--help is complete: every flag says what it does (legacy flags hidden with argparse.SUPPRESS excepted)."""
+    import argparse
+
+    captured = {}
+    real_parse = argparse.ArgumentParser.parse_args
+
+    def keep(self, *args, **kwargs):
+        captured["parser"] = self
+        return real_parse(self, *args, **kwargs)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", keep)
+    module.parse_opt([])
+    silent = [a.option_strings[0] for a in captured["parser"]._actions if a.option_strings and not a.help]
+    assert not silent, f"flags without help: {silent}"

@@ -70,7 +70,9 @@ class ValidationResult:
     """What one evaluation produces."""
 
     metrics: DetectionMetrics  # COCO numbers, per-class AP, YOLOv5-style P/R, curves, confusion matrix
-    losses: tuple[float, float, float]  # box, obj, cls loss per batch (zeros without compute_loss)
+    losses: tuple[
+        float, float, float
+    ]  # the loss's three items per batch (YOLOv5: box, obj, cls; others: box, cls, dfl)
     speed_ms: tuple[float, float, float]  # pre-process, inference, NMS milliseconds per image
     pycocotools: np.ndarray | None = None  # pycocotools' 12 numbers on predictions.json (save_json)
 
@@ -111,7 +113,7 @@ def evaluate(
 ) -> ValidationResult:
     """Score model on every batch of dataloader (YOLOv5's LoadImagesAndLabels batches) and return the result.
 
-    names are the data's class names; compute_loss(predictions, targets) -> (loss, (box, obj, cls)) adds the
+    names are the data's class names; compute_loss(predictions, targets) -> (loss, three loss items) adds the
     validation losses. See ValidationOptions for thresholds, ground truth, outputs and precision; with
     single_cls the loader must have been built with single_cls too (its labels all class 0). Raises TestError or
     MetricsError (one line) when the ground truth JSON does not describe the images.
@@ -189,7 +191,7 @@ class _Run:
         self.seen, self.totals, self.image_hw = 0, [0.0, 0.0, 0.0], {}
 
     def all_batches(self, dataloader, compute_loss) -> list[float]:
-        """Run every batch; the mean (box, obj, cls) loss per batch (zeros without compute_loss)."""
+        """Run every batch; the mean loss items per batch (zeros without compute_loss)."""
         loss = torch.zeros(3, device=self.device)
         bar = tqdm(dataloader, desc=TABLE_HEADER, bar_format=PROGRESS_BAR, disable=not self.opts.verbose)
         for batch_i, (im, targets, paths, shapes) in enumerate(bar):

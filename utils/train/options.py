@@ -63,18 +63,28 @@ def check_options(opt: argparse.Namespace) -> None:
 
 def _add_data_and_model_flags(p: Parser) -> None:
     """What to train on what, how long and how big."""
-    p.add_argument("--weights", type=str, default="", help="initial weights: '' (scratch), ours or official YOLOv5")
-    p.add_argument("--cfg", type=str, default="", help="model YAML, e.g. yolov5s.yaml")
+    p.add_argument(
+        "--weights",
+        type=str,
+        default="",
+        help="initial weights: '' (scratch), ours or official (YOLOv5, YOLOv8, YOLO11, YOLO26)",
+    )
+    p.add_argument(
+        "--cfg",
+        type=str,
+        default="",
+        help="model YAML: yolov5n.yaml ... yolov5x.yaml, yolov8n.yaml, yolo11s.yaml, yolo26n.yaml ...",
+    )
     p.add_argument("--data", type=str, default="coco128.yaml", help="dataset YAML")
     p.add_argument(
         "--hyp",
         type=str,
         default="",
-        help="hyperparameter YAML (default: data/hyp.anchor_free.yaml, Ultralytics' values, for YOLOv8/YOLO11/YOLO26; "
-        "else data/hyp.scratch.yaml, YOLOv5's scratch-low values, from --weights and from scratch alike; "
-        "data/hyp.finetune.yaml is the VOC-evolved fine-tuning set)",
+        help="hyperparameter YAML (default: the model family's: data/hyp.anchor_free.yaml, Ultralytics' values, for "
+        "YOLOv8/YOLO11/YOLO26; data/hyp.scratch.yaml, YOLOv5's scratch-low values, for YOLOv5, from --weights and "
+        "from scratch alike; data/hyp.finetune.yaml is the VOC-evolved fine-tuning set)",
     )
-    p.add_argument("--epochs", type=int_in(1), default=100)
+    p.add_argument("--epochs", type=int_in(1), default=100, help="training epochs")
     p.add_argument(
         "--batch-size", type=batch_size_arg, default=16, help="total batch size for all processes, -1: AutoBatch"
     )
@@ -98,8 +108,14 @@ def _add_run_flags(p: Parser) -> None:
         "weights/ resumes into a new run folder)",
     )
     p.add_argument("--nosave", action="store_true", help="only save the final checkpoint")
-    p.add_argument("--noval", action="store_true", help="only validate the final epoch")
-    p.add_argument("--noautoanchor", action="store_true", help="disable AutoAnchor")
+    p.add_argument(
+        "--noval",
+        action="store_true",
+        help="only validate the final epoch (validation uses the family's thresholds, as test.py does)",
+    )
+    p.add_argument(
+        "--noautoanchor", action="store_true", help="disable AutoAnchor (YOLOv5; the others have no anchors)"
+    )
     p.add_argument("--noplots", "--no-plots", action="store_true", help="save no plot files (test.py: --no-plots)")
     p.add_argument("--cache", type=str, nargs="?", const="ram", help="cache images in 'ram' (default) or 'disk'")
     p.add_argument("--device", default="", help="cuda device, i.e. 0 or 0,1,2,3 or cpu")
@@ -137,7 +153,9 @@ def _add_run_flags(p: Parser) -> None:
 
 def build_parser() -> Parser:
     """YOLOv5's train.py flags, with numeric ones range-checked at parse time; defaults as TrainConfig's."""
-    p = Parser(description="Train a YOLOv5 detector")
+    p = Parser(
+        description="Train a YOLOv5, YOLOv8, YOLO11 or YOLO26 detector (from a --cfg YAML or --weights) on a data YAML"
+    )
     _add_data_and_model_flags(p)
     _add_run_flags(p)
     # Accepted for the legacy torch.distributed.launch, which passes it; the rank is read from LOCAL_RANK.

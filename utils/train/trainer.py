@@ -200,7 +200,8 @@ class Trainer:
         self.callbacks.on_train_start(self)
 
     def train_one_epoch(self, epoch: int) -> list[float]:
-        """One pass over the training data; the epoch's mean (box, obj, cls) losses."""
+        """One pass over the training data; the epoch's mean losses (the three the family's loss reports: YOLOv5 box,
+        obj, cls; YOLOv8/YOLO11/YOLO26 box, cls, dfl)."""
         model, loader, nb = self.parts.model, self.train_loader, len(self.train_loader)
         model.train()
         if epoch >= self.epochs - int(self.hyp.get("close_mosaic", 0)) and self.dataset.mosaic:
