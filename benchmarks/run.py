@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/run.py                      # everything that applies to this machine
-    python benchmarks/run.py --only detect metric # some sections: detect test train metric cuda
+    python benchmarks/run.py --only detect metric # some sections: detect test train metric cuda loader
     python benchmarks/run.py --device 0           # CUDA figures too (AMP vs float32, FP16 vs float32)
     python benchmarks/run.py --only backends      # PyTorch, TorchScript, ONNX Runtime, OpenVINO; float32, int8
     python benchmarks/run.py --only backends --models yolov5n  # one model (yolov5n yolov5s yolov8n yolo11n yolo26n)
@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from bench_common import REPO, SHARED, _random_weights, _stats, _timed_command
 from bench_inference import _backend_rows, bench_backends, bench_detect, cpu_isa_flags
+from bench_loader import bench_loader, loader_rows
 from bench_training import _train_row, _train_steps, bench_cuda, bench_train_epoch
 
 from utils.torch_utils import retain_freed_memory  # noqa: E402
@@ -106,6 +107,7 @@ def markdown(results: dict) -> str:
             f"{results['train_epoch']['wall_s']} s wall |"
         )
     rows += [_train_row(r) for r in results.get("train_steps", [])]
+    rows += loader_rows(results["loader"]) if "loader" in results else []
     if "metric" in results:
         m = results["metric"]
         rows.append(
@@ -134,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        default=["detect", "backends", "test", "train", "metric", "cuda"],
-        choices=["detect", "backends", "test", "train", "metric", "cuda"],
+        default=["detect", "backends", "test", "train", "metric", "cuda", "loader"],
+        choices=["detect", "backends", "test", "train", "metric", "cuda", "loader"],
     )
     parser.add_argument("--device", default="cpu", help="cpu, or a CUDA index for the GPU figures")
     parser.add_argument("--weights", type=Path, default=SHARED / "weights" / "yolov5n.pt")
@@ -175,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             results["train_steps"] = _train_steps(data, opt.device)
         if "metric" in opt.only:
             results["metric"] = bench_metric(opt.metric_images)
+        if "loader" in opt.only:
+            results["loader"] = bench_loader(data)
         if "cuda" in opt.only and cuda:
             results["cuda"] = bench_cuda(opt.device, steps=10)
         elif "cuda" in opt.only:
