@@ -98,7 +98,8 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     add("--conf-thres", type=limit["conf_thres"], default=None, help=conf_help)
     iou_help = "NMS IoU threshold [0, 1] (default: the family's, YOLOv5 0.45, YOLOv8/YOLO11/YOLO26 0.7)"
     add("--iou-thres", type=limit["iou_thres"], default=None, help=iou_help)
-    add("--max-det", type=limit["max_det"], default=1000, help="maximum detections per image")
+    max_det_help = "maximum detections per image (default: the family's, 1000; YOLO26 gives at most 300)"
+    add("--max-det", type=limit["max_det"], default=None, help=max_det_help)
     add("--device", default="", help="'' (auto), cpu, 0, or 0,1")
     add("--classes", nargs="+", type=limit["classes"], help="keep only these class ids: --classes 0, or 0 2 3")
     add("--project", default="runs/detect", help="save results to project/name")

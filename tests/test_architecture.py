@@ -17,6 +17,7 @@ MAX_MODULE_LINES = 460
 LAYERS = (
     "utils",
     "utils.data",
+    "utils.track",
     "utils.infer",
     "models.nn",
     "models.weights",

@@ -147,7 +147,7 @@ class Detector:
         iou_thres: float | None = None,
         classes: list[int] | None = None,
         agnostic: bool = False,
-        max_det: int = 1000,
+        max_det: int | None = None,
         img_size: int | tuple[int, int] | None = None,
         half: bool | None = None,
         augment: bool = False,

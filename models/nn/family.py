@@ -31,6 +31,7 @@ class Family:
     predict_iou: float
     val_conf: float  # test.py and the Trainer's validation
     val_iou: float
+    max_det: int  # detect.py's default --max-det; for an end-to-end head also the most it gives (its top k)
     official_weights: str  # regex of its official weights' file names (train.py's --hyp default before download)
 
     def merged(self) -> "Family":
@@ -54,6 +55,7 @@ YOLOV5 = Family(
     predict_iou=0.45,
     val_conf=0.001,
     val_iou=0.6,
+    max_det=1000,
     official_weights=r"yolov5[nsmlx]6?u?\.pt",
 )
 YOLOV8 = Family(
@@ -71,10 +73,17 @@ YOLOV8 = Family(
     predict_iou=0.7,
     val_conf=0.001,
     val_iou=0.7,
+    max_det=1000,
     official_weights=r"yolo(v8|11)[nsmlx]\.pt",
 )
-YOLO26 = replace(
-    YOLOV8, name="yolo26", title="YOLO26", end2end=True, loss="end2end", official_weights=r"yolo26[nsmlx]\.pt"
+YOLO26 = replace(  # its head outputs its top 300 (models/nn/head.py AnchorFreeDetect.max_det; an export's graph too)
+    YOLOV8,
+    name="yolo26",
+    title="YOLO26",
+    end2end=True,
+    loss="end2end",
+    max_det=300,
+    official_weights=r"yolo26[nsmlx]\.pt",
 )
 
 FAMILIES = {f.name: f for f in (YOLOV5, YOLOV8, YOLO26)}

@@ -225,7 +225,7 @@ def test_parse_opt_yolov5_defaults_and_aliases():
     opt = detect.parse_opt([])
     # The size and thresholds are the model's unless given: its training size, its family's thresholds
     assert opt.weights == "yolov5s.pt" and opt.imgsz is None and opt.conf_thres is None and opt.source is None
-    assert opt.iou_thres is None and opt.max_det == 1000 and opt.project == "runs/detect" and opt.name == "exp"
+    assert opt.iou_thres is None and opt.max_det is None and opt.project == "runs/detect" and opt.name == "exp"
     assert opt.line_thickness is None and opt.vid_stride == 1 and opt.half is None and not opt.bf16  # None: scaled
     assert detect.parse_opt(["--img", "320"]).imgsz == [320, 320]
     assert detect.parse_opt(["--imgsz", "320", "480"]).imgsz == [320, 480]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.api.detector import load_detector
-from models.nn.family import YOLOV5
+from models.nn.family import YOLO26, YOLOV5
 from utils.errors import DetectError
 from utils.infer.predict import PredictOptions, Predictor, check_options, detections_text, shapes_text
 
@@ -114,3 +114,23 @@ def test_log_texts():
     assert shapes_text(shapes[:1]) == "shape (1, 3, 32, 64)"
     assert shapes_text(shapes[:2]) == "shapes (1, 3, 32, 64), (1, 3, 64, 32)"
     assert shapes_text(shapes) == "4 letterboxed shapes (last (1, 3, 96, 64))"
+
+
+def test_defaults_come_from_the_model_and_a_given_value_wins(log):
+    """Size and thresholds left at None are the model's (training size, family thresholds); given ones win; a
+    --max-det above what an end-to-end head can give is capped with a warning."""
+    from utils.infer.predict import model_defaults
+
+    model = _OneBoxBackend()
+    model.family, model.imgsz = YOLO26, 160
+    o = model_defaults(PredictOptions(), model)
+    assert (o.img_size, o.conf_thres, o.iou_thres, o.max_det) == (160, 0.25, 0.7, 300)
+    assert "YOLO26 model: image size 160 (the size the weights record)" in log.text
+    given = model_defaults(PredictOptions(img_size=320, conf_thres=0.5, iou_thres=0.3, max_det=500), model)
+    assert (given.img_size, given.conf_thres, given.iou_thres, given.max_det) == (320, 0.5, 0.3, 300)
+    assert "--max-det 500: YOLO26 models give at most 300" in log.text
+    model.family, model.imgsz = YOLOV5, None
+    assert (
+        model_defaults(PredictOptions(), model).img_size == 640
+        and model_defaults(PredictOptions(), model).iou_thres == 0.45
+    )

@@ -67,7 +67,7 @@ class PredictOptions:
     iou_thres: float | None = None
     classes: list[int] | None = None  # keep only these class ids
     agnostic: bool = False  # class-agnostic NMS
-    max_det: int = 1000
+    max_det: int | None = None  # None: the family's (1000; YOLO26's end-to-end head gives at most 300)
     vid_stride: int = 1
 
 
@@ -126,7 +126,7 @@ class DetectCommand:
     imgsz: int | list[int] | tuple[int, ...] | None = None
     conf_thres: float | None = None
     iou_thres: float | None = None
-    max_det: int = 1000
+    max_det: int | None = None  # None: the family's (1000; YOLO26's end-to-end head gives at most 300)
     device: str = ""
     view_img: bool = False
     save_txt: bool = False
@@ -197,13 +197,20 @@ def model_defaults(options: PredictOptions, model, log: bool = True) -> PredictO
     size = options.img_size if options.img_size is not None else trained or DEFAULT_SIZE
     conf = options.conf_thres if options.conf_thres is not None else family.predict_conf
     iou = options.iou_thres if options.iou_thres is not None else family.predict_iou
+    max_det = options.max_det if options.max_det is not None else family.max_det
+    if family.end2end and max_det > family.max_det:
+        LOGGER.warning(
+            f"WARNING: --max-det {max_det}: {family.title} models give at most {family.max_det} detections per image "
+            f"(their end-to-end head's top {family.max_det}); using {family.max_det}"
+        )
+        max_det = family.max_det
     if log:
         said = "--img" if options.img_size is not None else "the size the weights record" if trained else "the default"
         LOGGER.info(
             f"{family.title} model: image size {size_text(size)} ({said}), conf {conf:g}, IoU {iou:g}"
             + ("" if options.conf_thres is not None and options.iou_thres is not None else " (the family's defaults)")
         )
-    return replace(options, img_size=size, conf_thres=conf, iou_thres=iou)
+    return replace(options, img_size=size, conf_thres=conf, iou_thres=iou, max_det=max_det)
 
 
 def size_text(size) -> str:
