@@ -52,6 +52,15 @@ def _fit_batch(batch_size: int, n_images: int, path, quad: bool, prefix: str) ->
     return batch_size
 
 
+def _log_buffer(dataset: LoadImagesAndLabels, workers: int, prefix: str) -> None:
+    """The decoded-image buffer's memory, said up front as --cache ram says its own (one buffer per process)."""
+    if dataset.buffer_size:
+        LOGGER.info(
+            f"{prefix}Decoded-image buffer: up to {dataset.buffer_size} images ({dataset.buffer_bytes() / 1e9:.2f} GB)"
+            f" in each of {max(workers, 1)} loader process{'es' if workers > 1 else ''}"
+        )
+
+
 def create_dataloader(
     path,
     imgsz: int,
@@ -96,11 +105,7 @@ def create_dataloader(
         raise DatasetError(f"{prefix}{dataset._no_labels_message(dataset.im_files)}")
     batch_size = _fit_batch(batch_size, len(dataset), path, quad, prefix)
     nw = max(0, min(os.cpu_count() or 1, batch_size, workers))
-    if dataset.buffer_size:  # memory said up front, as --cache ram says it
-        LOGGER.info(
-            f"{prefix}Decoded-image buffer: up to {dataset.buffer_size} images ({dataset.buffer_bytes() / 1e9:.2f} GB)"
-            f" in each of {max(nw, 1)} loader process{'es' if nw > 1 else ''}"
-        )
+    _log_buffer(dataset, nw, prefix)
     sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=shuffle)
     generator = torch.Generator().manual_seed(6_364_136_223_846_793 + seed + max(rank, 0))
     loader = DataLoader(
