@@ -240,3 +240,16 @@ def test_coco128_json_matches_its_yolo_labels(shared, log, tmp_path):
         order_a, order_b = np.lexsort(a.T[::-1]), np.lexsort(b.T[::-1])
         np.testing.assert_allclose(a[order_a], b[order_b], atol=1e-6)  # the text labels have 6 digits
     assert "10 crowd annotations left out of training" in log.text
+
+
+def test_read_only_annotations_folder_caches_in_the_user_folder(small, monkeypatch, log):
+    monkeypatch.delenv("YOLO_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(small / "xdg"))
+    file = data_yaml(small, train="annotations/train.json", images="images/train")
+    (small / "annotations").chmod(0o555)
+    try:
+        LoadImagesAndLabels(load_data_config(file)["train"], img_size=64, nc=2)
+        assert sorted(p.name for p in (small / "annotations").iterdir()) == ["train.json"]  # honoured even as root
+        assert len(list((small / "xdg" / "yolo").glob("*.yolo-labels.npz"))) == 1 and "not writable" in log.text
+    finally:
+        (small / "annotations").chmod(0o755)

@@ -146,7 +146,7 @@ def _add_annotation(a, images: dict, skipped: set, class_of: dict, rows: dict, f
     if class_of[cid] < 0:
         found.counts["other_class"] += 1
         return None
-    if a.get("iscrowd"):
+    if a.get("iscrowd") is True or _integer(a.get("iscrowd")) == 1:
         found.counts["crowd"] += 1
         return None
     box = _bbox(a)
