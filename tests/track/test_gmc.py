@@ -40,3 +40,23 @@ def test_none_and_reset(texture):
     motion.estimate(texture[:240, :320])
     motion.reset()
     assert np.allclose(motion.estimate(texture[6:246, 12:332]), np.eye(2, 3))
+
+
+def test_detections_are_left_out_of_the_motion_estimate():
+    """A still camera over a faint background and one big, sharp-cornered object moving 10 px: without its box the
+    object's corners pass for camera motion; with its box masked out the camera is (nearly) still."""
+    rng = np.random.default_rng(1)
+    background = cv2.GaussianBlur(rng.integers(100, 140, (240, 320, 3), dtype=np.uint8), (0, 0), 2)
+    frames, boxes = [], []
+    for x in (60, 70):
+        frame = background.copy()
+        for dx, dy in ((0, 0), (50, 20), (20, 60)):
+            cv2.rectangle(frame, (x + dx, 40 + dy), (x + dx + 40, 80 + dy), (255, 255, 255), -1)
+        frames.append(frame)
+        boxes.append(np.array([[x - 5, 35, x + 115, 145, 0.9, 0]]))
+    unmasked, masked = CameraMotion("sparseOptFlow"), CameraMotion("sparseOptFlow")
+    for frame, box in zip(frames, boxes):
+        moved = unmasked.estimate(frame)
+        still = masked.estimate(frame, box)
+    assert moved[0, 2] > 5
+    assert abs(still[0, 2]) < 1 and abs(still[1, 2]) < 1

@@ -33,3 +33,10 @@ def test_assign_is_optimal_and_respects_the_threshold():
 def test_assign_empty():
     assert assign(np.zeros((0, 3)), 0.5) == ([], [], [0, 1, 2])
     assert assign(np.zeros((2, 0)), 0.5) == ([], [0, 1], [])
+
+
+def test_one_good_pair_beats_two_poor_ones():
+    # pairing crosswise costs 0.5 + 0.5 = 1.0; the good pair (0.1) plus two unpaired (0.8 / 2 each) costs 0.9
+    cost = np.array([[0.1, 0.5], [0.5, 0.95]])
+    pairs, rows, cols = assign(cost, 0.8)
+    assert pairs == [(0, 0)] and rows == [1] and cols == [1]

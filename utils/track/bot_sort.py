@@ -18,8 +18,8 @@ class BotSort(ByteTracker):
         super().reset()
         self.camera.reset()
 
-    def _compensate(self, tracks: list[Track], frame: np.ndarray | None) -> None:
-        warp_all(tracks, self.camera.estimate(frame))
+    def _compensate(self, tracks: list[Track], frame: np.ndarray | None, detections: np.ndarray) -> None:
+        warp_all(tracks, self.camera.estimate(frame, detections))
 
 
 def create_tracker(config: TrackerConfig, frame_rate: float = 30.0) -> ByteTracker:

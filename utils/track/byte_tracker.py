@@ -44,7 +44,7 @@ class ByteTracker:
         scores = detections[:, 4] if fuse and self.config.fuse_score else None
         return iou_cost(boxes_xyxy(tracks), detections[:, :4], scores)
 
-    def _compensate(self, tracks: list[Track], frame: np.ndarray | None) -> None:
+    def _compensate(self, tracks: list[Track], frame: np.ndarray | None, detections: np.ndarray) -> None:
         """Camera-motion compensation: none for ByteTrack (BoT-SORT overrides this)."""
 
     def _split(self, detections: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -61,7 +61,7 @@ class ByteTracker:
         unconfirmed = [t for t in self.tracked if not t.is_activated]
         pool = [t for t in self.tracked if t.is_activated] + self.lost
         predict_all(pool)
-        self._compensate(pool + unconfirmed, frame)
+        self._compensate(pool + unconfirmed, frame, np.concatenate([high, low]))
 
         # 1st association: confident detections against every confirmed or lost track
         pairs, rest, high_left = assign(self._costs(pool, high, fuse=True), self.config.match_thresh)

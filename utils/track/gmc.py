@@ -28,7 +28,10 @@ class CameraMotion:
     def reset(self) -> None:
         self.previous = None
 
-    def estimate(self, frame: np.ndarray | None) -> np.ndarray:
+    def estimate(self, frame: np.ndarray | None, boxes: np.ndarray | None = None) -> np.ndarray:
+        """The affine from the previous frame to this one. boxes (n, >=4 x1, y1, x2, y2), the frame's detections,
+        are left out of the point methods' search: points on moving objects would be taken for the camera's motion
+        (shapes' corners are the strongest features of a plain background)."""
         if self.method == "none" or frame is None:
             return IDENTITY.copy()
         grey = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY) if frame.ndim == 3 else frame
@@ -37,14 +40,14 @@ class CameraMotion:
         if self.method == "ecc":
             affine = self._ecc(grey)
         elif self.method == "sparseOptFlow":
-            affine = self._optical_flow(grey)
+            affine = self._optical_flow(grey, _background_mask(grey.shape, boxes))
         else:
-            affine = self._features(grey)
+            affine = self._features(grey, _background_mask(grey.shape, boxes))
         affine[:, 2] *= DOWNSCALE  # the shift back in full-size pixels
         return affine
 
-    def _optical_flow(self, grey: np.ndarray) -> np.ndarray:
-        corners = cv2.goodFeaturesToTrack(grey, maxCorners=1000, qualityLevel=0.01, minDistance=1, blockSize=3)
+    def _optical_flow(self, grey: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        corners = cv2.goodFeaturesToTrack(grey, 1000, 0.01, 1, mask=mask, blockSize=3)
         previous, self.previous = self.previous, (grey, corners)
         if previous is None or previous[1] is None or corners is None:
             return IDENTITY.copy()
@@ -52,8 +55,8 @@ class CameraMotion:
         ok = status.ravel() == 1
         return _fit(previous[1][ok], moved[ok])
 
-    def _features(self, grey: np.ndarray) -> np.ndarray:
-        keypoints, descriptors = self.detector.detectAndCompute(grey, None)
+    def _features(self, grey: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        keypoints, descriptors = self.detector.detectAndCompute(grey, mask)
         previous, self.previous = self.previous, (keypoints, descriptors)
         if previous is None or previous[1] is None or descriptors is None or len(keypoints) < 4:
             return IDENTITY.copy()
@@ -75,6 +78,17 @@ class CameraMotion:
         except cv2.error:  # no convergence (a blank or uniform frame): take the camera as still
             return IDENTITY.copy()
         return warp.astype(np.float64)  # maps previous-frame pixels x to current ones: current(W x) = previous(x)
+
+
+def _background_mask(shape: tuple[int, int], boxes: np.ndarray | None) -> np.ndarray | None:
+    """A uint8 mask of a downscaled frame, 0 inside the boxes (full-size pixels), 255 elsewhere; None without boxes
+    or when the boxes would leave under a tenth of the frame (then every point is better than none)."""
+    if boxes is None or not len(boxes):
+        return None
+    mask = np.full(shape[:2], 255, np.uint8)
+    for x1, y1, x2, y2 in (np.asarray(boxes)[:, :4] / DOWNSCALE).round().astype(int).tolist():
+        mask[max(y1, 0) : max(y2, 0), max(x1, 0) : max(x2, 0)] = 0
+    return mask if np.count_nonzero(mask) >= 0.1 * mask.size else None
 
 
 def _fit(src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -28,13 +28,37 @@ def iou_cost(track_boxes: np.ndarray, det_boxes: np.ndarray, det_scores: np.ndar
 
 def assign(cost: np.ndarray, max_cost: float) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     """Pairs (row, column) of least total cost with each pair's cost <= max_cost, then the rows and columns left.
-    Costs above max_cost are made prohibitive before solving, so a forbidden pair never displaces an allowed one."""
+
+    Leaving a row or a column unpaired costs max_cost / 2 (so a pair is worth making only below max_cost), which is
+    the extended problem of LAPJV's cost_limit that ByteTrack's assignment solves: when two objects cross, one good
+    pair and two unpaired ones beat two poor pairs. Solved exactly by scipy on the matrix extended with one
+    "unpaired" column per row and one "unpaired" row per column."""
     rows, cols = cost.shape
-    if cost.size == 0:
-        return [], list(range(rows)), list(range(cols))
     allowed = cost <= max_cost
-    bounded = np.where(allowed, cost, max_cost + 1e4)
-    r, c = linear_sum_assignment(bounded)
-    pairs = [(int(i), int(j)) for i, j in zip(r, c) if allowed[i, j]]
+    per_row, per_col = allowed.sum(1), allowed.sum(0)
+    # a row and a column allowed only with each other are paired outright (the usual case for objects apart);
+    # the solver sees only the rows and columns that compete
+    sole = [(i, int(np.argmax(allowed[i]))) for i in np.flatnonzero(per_row == 1)]
+    pairs = [(int(i), j) for i, j in sole if per_col[j] == 1]
+    paired_rows, paired_cols = {i for i, _ in pairs}, {j for _, j in pairs}
+    r_idx = [i for i in np.flatnonzero(per_row > 0) if i not in paired_rows]
+    c_idx = [j for j in np.flatnonzero(per_col > 0) if j not in paired_cols]
+    if r_idx and c_idx:
+        pairs += _solve(cost[np.ix_(r_idx, c_idx)], max_cost, r_idx, c_idx)
     matched_rows, matched_cols = {i for i, _ in pairs}, {j for _, j in pairs}
     return pairs, [i for i in range(rows) if i not in matched_rows], [j for j in range(cols) if j not in matched_cols]
+
+
+def _solve(cost: np.ndarray, max_cost: float, row_ids: list, col_ids: list) -> list[tuple[int, int]]:
+    """The extended problem (see assign) on a sub-matrix; pairs in the full matrix's indices."""
+    rows, cols = cost.shape
+    forbidden = max_cost + 1e4
+    extended = np.full((rows + cols, cols + rows), forbidden)
+    extended[:rows, :cols] = np.where(cost <= max_cost, cost, forbidden)
+    extended[np.arange(rows), cols + np.arange(rows)] = max_cost / 2
+    extended[rows + np.arange(cols), np.arange(cols)] = max_cost / 2
+    extended[rows:, cols:] = 0
+    r, c = linear_sum_assignment(extended)
+    return [
+        (int(row_ids[i]), int(col_ids[j])) for i, j in zip(r, c) if i < rows and j < cols and cost[i, j] <= max_cost
+    ]
