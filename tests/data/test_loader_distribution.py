@@ -150,6 +150,8 @@ def test_buffered_partners_keep_the_sample_distribution(tmp_path):
     new = sample_statistics(epochs_of_samples(buffered, 6, seed=1))
     ref = sample_statistics(epochs_of_samples(reference, 6, seed=1))
     assert len(buffered._buffer) == 16  # bounded
+    buffered.close_mosaic()  # the last epochs of the anchor-free models: no mosaic, no buffer
+    assert buffered.buffer_size == 0 and not buffered._buffer
     full = partners[48:]  # after the first epoch the buffer is full: partners come from it
     assert all(len(set(p)) == 4 for p in full)
     counts = np.bincount(np.array(full)[:, 1:].ravel(), minlength=48)

@@ -232,6 +232,8 @@ class LoadImagesAndLabels(Dataset):
         flipped (the anchor-free models' last close_mosaic epochs). Loader workers already started keep their own
         copy of the dataset: the caller starts new ones."""
         self.mosaic = False
+        self.buffer_size = 0  # the buffer serves mosaics: its memory goes with them
+        self._buffer.clear()
 
     def load_mosaic(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Four images (this one and three random ones) tiled around a random centre, then randomly warped
