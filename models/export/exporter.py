@@ -372,10 +372,11 @@ def check_int8(formats: list[str], options: ExportOptions) -> list[str]:
         raise QuantizationError(f"--int8 quantizes {', '.join(INT8_FORMATS)} exports, not {others[0]}: drop it")
     if options.half:
         raise QuantizationError("--int8 and --half are exclusive: pick one precision")
-    for fmt in formats:
+    files = quantize.calibration_files(options.data, options.calib_images)  # a data problem first, with or without
+    for fmt in formats:  # the quantizer installed
         if fmt != "engine":
             quantize.require_quantizer(fmt, options.onnx_quantizer)
-    return quantize.calibration_files(options.data, options.calib_images)
+    return files
 
 
 def export(weights: str | Path, include: list[str], options: ExportOptions, device: torch.device) -> list[Exported]:
