@@ -9,13 +9,13 @@ from utils.infer.outputs import (
     OutputNames,
     OutputOptions,
     Outputs,
-    Tracked,
     crop_folder,
     make_save_dir,
     mot_rows,
     output_stem,
 )
 from utils.infer.predict import ImageResult, Prediction
+from utils.track.session import Tracked
 
 
 def test_output_names_unit():

@@ -22,6 +22,7 @@ from utils.infer.predict import Prediction
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER
 from utils.plots import Annotator, colors, imwrite, save_one_box
+from utils.track.session import Tracked
 
 
 @dataclass
@@ -41,15 +42,6 @@ class OutputOptions:
     def writes_files(self) -> bool:
         """Whether any file is written per input."""
         return self.save_img or self.save_txt or self.save_crop
-
-
-@dataclass
-class Tracked:
-    """Tracking's part of one image or frame: an identity per row of its boxes, and where it sits in its sequence."""
-
-    ids: np.ndarray  # (n,) track id of each row of the prediction's boxes
-    sequence: str  # the video, stream or image folder the frame belongs to: one MOTChallenge file each
-    frame: int  # 1-based index of the frame in that sequence
 
 
 def mot_rows(frame: int, boxes: np.ndarray, ids: np.ndarray) -> str:

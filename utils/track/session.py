@@ -4,6 +4,7 @@ detect.py and the Detector hand every frame here with the sequence it belongs to
 the previous one starts a fresh tracker (identities from 1 again), so two videos never share tracks.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,15 @@ import numpy as np
 from utils.track.bot_sort import create_tracker
 from utils.track.byte_tracker import ByteTracker
 from utils.track.config import TrackerConfig, load_tracker_config
+
+
+@dataclass
+class Tracked:
+    """Tracking's part of one image or frame: an identity per row of its boxes, and where it sits in its sequence."""
+
+    ids: np.ndarray  # (n,) track id of each row of the frame's (tracked) boxes
+    sequence: str  # the video, stream or image folder the frame belongs to: one MOTChallenge file each
+    frame: int  # 1-based index of the frame in that sequence
 
 
 class TrackingSession:

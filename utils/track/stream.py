@@ -4,18 +4,17 @@ sequence (a folder, glob or list of images is one sequence)."""
 
 from collections.abc import Iterator
 
-from utils.infer.outputs import Tracked
-from utils.infer.predict import Prediction
-from utils.track.session import TrackingSession
+from utils.track.session import Tracked, TrackingSession
 
 
-def sequence_of(prediction: Prediction, source_text: str) -> str:
+def sequence_of(prediction, source_text: str) -> str:
     """The sequence a prediction's frame belongs to: its video file or stream, else the image source as a whole."""
     return prediction.result.path if prediction.video else source_text
 
 
-def track(predictions: Iterator[Prediction], session: TrackingSession, source_text: str) -> Iterator[tuple]:
-    """(prediction, Tracked) per prediction, lazily; the prediction's boxes become its frame's tracked boxes."""
+def track(predictions: Iterator, session: TrackingSession, source_text: str) -> Iterator[tuple]:
+    """(prediction, Tracked) per prediction (utils.infer.predict.Prediction), lazily; the prediction's boxes become
+    its frame's tracked boxes."""
     for prediction in predictions:
         sequence = sequence_of(prediction, source_text)
         boxes, ids = session.update(sequence, prediction.result.boxes, prediction.image)
