@@ -23,9 +23,11 @@ from models.nn.config import MAX_CLASSES, config_parameters, short_repr
 from models.nn.family import family_of_checkpoint, family_of_config
 from models.nn.yolo import Model
 from models.weights.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
+from models.weights.tensor_checks import check_probe_outputs, check_weights
 from utils.downloads import attempt_download_weights
 from utils.errors import CheckpointError, ModelConfigError, YoloError
 from utils.log import one_line
+from utils.text import names_problem
 
 FORMAT = "yolo-checkpoint-v1"
 
@@ -81,7 +83,11 @@ def _names_list(names, nc: int, where: str) -> list[str]:
             raise CheckpointError(f"{where}: class name {i} is a {type(name).__name__}, not a string")
         if isinstance(name, str) and len(name) > MAX_NAME_CHARS:
             raise CheckpointError(f"{where}: class name {i} is {len(name)} characters long (at most {MAX_NAME_CHARS})")
-    return [str(n) for n in names]
+    names = [str(n) for n in names]
+    problem = names_problem(names)  # a newline or an escape code would forge log lines and crops/ folder names
+    if problem:
+        raise CheckpointError(f"{where}: {problem}; refusing it")
+    return names
 
 
 def _config_nc(cfg, where: str) -> int:
@@ -99,8 +105,9 @@ def _config_nc(cfg, where: str) -> int:
 
 
 def _check_weights(state, where: str, size: int) -> None:
-    """A state dict of named tensors within the file's bytes, all finite: NaN or inf weights load fine and then
-    detect nothing."""
+    """A state dict of named tensors within the file's bytes, each of a kind a model can use (tensor_checks: dense
+    real floating-point weights), finite (NaN or inf weights load fine and then detect nothing), with BatchNorm
+    variances >= 0."""
     if not isinstance(state, dict):
         raise CheckpointError(f"{where}: its 'model' entry is a {type(state).__name__}, not a state dict of tensors")
     for key, value in state.items():
@@ -108,13 +115,8 @@ def _check_weights(state, where: str, size: int) -> None:
             raise CheckpointError(
                 f"{where}: its 'model' entry holds {short_repr(key)}: {type(value).__name__}, not a named tensor"
             )
-    check_tensor_bytes(state.values(), size, where)  # before the finite check reads them
-    for key, value in state.items():
-        if value.is_floating_point() and not torch.isfinite(value).all():
-            raise CheckpointError(
-                f"{where}: weight {short_repr(key)} holds NaN or infinite values (a diverged or damaged training "
-                "run); refusing it"
-            )
+    check_tensor_bytes(state.values(), size, where)  # before the checks read them
+    check_weights(state, where)
 
 
 def _check_config_size(ckpt: dict, where: str) -> None:
@@ -195,6 +197,9 @@ def load_checkpoint(path: str | Path) -> dict:
     else:
         raise CheckpointError(f"{path} is not a YOLO checkpoint (no model config inside)")
     _check_weights(ckpt.get("model"), where, size)
+    training = ckpt.get("train_model")  # a last.pt's float32 training weights, which --resume loads
+    if isinstance(training, dict) and all(isinstance(v, torch.Tensor) for v in training.values()):
+        check_weights(training, f"{where} (its training weights)")
     _check_config_size(ckpt, where)
     return ckpt
 
@@ -226,6 +231,7 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
     if mismatch:  # load_state_dict would raise a multi-line RuntimeError listing every tensor
         raise CheckpointError(f"{where}: weights do not match its config: {mismatch}")
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=False)
+    check_probe_outputs(model, int(model.stride.max()), where)  # finite weights can still make NaN outputs
     model.names = list(ckpt["names"])
     model.imgsz = training_size(ckpt)
     model.model[-1]._grids = {}

@@ -16,6 +16,7 @@ Each refusal is one CheckpointError line naming the weight.
 import torch
 from torch import nn
 
+from models.nn.config import short_repr
 from utils.errors import CheckpointError
 
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -55,7 +56,8 @@ def check_tensor_kinds(state: dict[str, torch.Tensor], where: str) -> None:
     for key, value in state.items():
         problem = kind_problem(key, value)
         if problem:
-            raise CheckpointError(f"{where}: weight {key} {problem}; refusing it (a damaged or converted file)")
+            name = short_repr(key)
+            raise CheckpointError(f"{where}: weight {name} {problem}; refusing it (a damaged or converted file)")
 
 
 def check_finite(state: dict[str, torch.Tensor], where: str) -> None:
@@ -63,7 +65,8 @@ def check_finite(state: dict[str, torch.Tensor], where: str) -> None:
     for key, value in state.items():
         if value.is_floating_point() and not torch.isfinite(value).all():
             raise CheckpointError(
-                f"{where}: weight {key} holds NaN or infinite values (a diverged or damaged training run); refusing it"
+                f"{where}: weight {short_repr(key)} holds NaN or infinite values (a diverged or damaged training "
+                "run); refusing it"
             )
 
 
@@ -74,8 +77,8 @@ def check_batchnorm_variances(state: dict[str, torch.Tensor], where: str) -> Non
         if key.endswith(".running_var") and value.is_floating_point() and bool((value < 0).any()):
             count, lowest = int((value < 0).sum()), float(value.min())
             raise CheckpointError(
-                f"{where}: BatchNorm variance {key} has {count} negative values (lowest {lowest:.3g}); a variance is "
-                "never negative, so the file is damaged or crafted; refusing it"
+                f"{where}: BatchNorm variance {short_repr(key)} has {count} negative values (lowest {lowest:.3g}); a "
+                "variance is never negative, so the file is damaged or crafted; refusing it"
             )
 
 
