@@ -16,6 +16,7 @@ from xml.etree import ElementTree
 from models.export.formats import format_of
 from utils.errors import BackendError
 from utils.safe_yaml import read_yaml
+from utils.text import names_problem
 
 # Bounds on what an export's metadata may hold, checked before it is decoded; real values are far below them.
 MAX_METADATA_BYTES = 4 << 20  # all metadata of one export; 1203 LVIS names take ~20 KB of JSON
@@ -72,7 +73,11 @@ def _names(names, path) -> list[str]:
         raise BackendError(f"{path}: metadata names must be a list of 1 to {MAX_CLASSES} class names")
     if not all(isinstance(n, (str, int)) and not isinstance(n, bool) and len(str(n)) <= MAX_NAME_CHARS for n in names):
         raise BackendError(f"{path}: metadata names must be short strings (at most {MAX_NAME_CHARS} characters each)")
-    return [str(n) for n in names]
+    names = [str(n) for n in names]
+    problem = names_problem(names)  # a newline or an escape code would forge log lines and crops/ folder names
+    if problem:
+        raise BackendError(f"{path}: its metadata's {problem}; refusing it")
+    return names
 
 
 def _positive_ints(value, key: str, path, allowed=None, at_most: int = 1 << 30) -> list[int]:

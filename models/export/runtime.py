@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 from models.export.metadata import error_line
+from models.export.output_checks import output_problem
 from models.nn.family import family_of_export
+from utils.cli import is_out_of_memory
 from utils.errors import BackendError, ModelConfigError
 
 INSTALL = "pip install -r requirements-export.txt"
@@ -58,19 +60,24 @@ class Backend(nn.Module):
 
     def checked_run(self, x: torch.Tensor) -> torch.Tensor:
         """run(x) as float32 on x's device; a runtime's failure (a graph that does not take this input or gives
-        another output than (B, N, output_width)) as one BackendError line naming the export."""
+        another output than (B, N, output_width), or one that does not fit its metadata: output_checks) as one
+        BackendError line naming the export; out of memory (each runtime says it its own way) is left to the caller."""
         try:
             out = self.run(x)
-        except (MemoryError, torch.OutOfMemoryError):
-            raise
         except Exception as e:  # torch.jit.Error, onnxruntime's and OpenVINO's types are not RuntimeErrors
+            if is_out_of_memory(e):
+                raise
             raise BackendError(
                 f"{self.path} failed on a {tuple(x.shape)} input: {error_line(e, self.last_line)}"
             ) from None
         if out.ndim != 3 or out.shape[0] != x.shape[0] or out.shape[-1] != self.output_width:
             shape = f"(batch, boxes, {self.output_width})"
             raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(out.shape)}, expected {shape}")
-        return out.to(x.device).float()
+        out = out.to(x.device).float()
+        problem = output_problem(out, tuple(x.shape[2:]), len(self.names), self.family.end2end, self.stride.tolist())
+        if problem:
+            raise BackendError(f"{self.path}: its metadata does not fit the model: {problem}")
+        return out
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         if self.fixed_shape and tuple(x.shape[2:]) != self.fixed_shape:
