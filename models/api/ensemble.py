@@ -64,8 +64,17 @@ def _check_same_classes(models: list[nn.Module], paths: list) -> None:
     """CheckpointError naming the first file whose class list differs from the first file's."""
     first = list(models[0].names)
     for model, path in zip(models[1:], paths[1:]):
-        if list(model.names) != first:
+        names = list(model.names)
+        if names == first:
+            continue
+        if len(names) == len(first):  # the same count: say which class differs, not "(80 classes) with (80 classes)"
+            i = next(i for i, (a, b) in enumerate(zip(first, names)) if a != b)
             raise CheckpointError(
-                f"cannot ensemble {paths[0]} ({len(first)} classes) with {path} ({len(model.names)} classes): "
-                f"an ensemble's models must predict the same class list"
+                f"cannot ensemble {paths[0]} with {path}: both have {len(first)} classes but their names differ "
+                f"(class {i} is '{first[i]}' in {paths[0]}, '{names[i]}' in {path}); an ensemble's models must "
+                "predict the same class list"
             )
+        raise CheckpointError(
+            f"cannot ensemble {paths[0]} ({len(first)} classes) with {path} ({len(names)} classes): "
+            f"an ensemble's models must predict the same class list"
+        )
