@@ -27,7 +27,6 @@ onnx, onnxruntime and openvino are optional (requirements-export.txt): they are 
 import importlib
 import json
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -40,6 +39,7 @@ from torch import nn
 from models.export import quantize
 from models.export.formats import FORMATS, INT8_FORMATS, format_of
 from models.export.metadata import parse_metadata, read_metadata
+from models.export.scratch import scratch_folder
 from models.weights.checkpoint import load_model
 from utils import downloads
 from utils.errors import BackendError, ExportError, QuantizationError
@@ -326,14 +326,6 @@ def resolve_weights(weights: str | Path) -> Path:
     if not path.is_file():
         raise ExportError(f"--weights {weights}: no such file")
     return path
-
-
-def scratch_folder(weights: Path) -> tempfile.TemporaryDirectory:
-    """A private folder beside the weights (so that each finished export is moved into place by a rename)."""
-    try:
-        return tempfile.TemporaryDirectory(prefix=f".{weights.stem}-export-", dir=weights.parent)
-    except OSError as e:
-        raise ExportError(f"cannot write the exports beside {weights}: {e.strerror or e}") from None
 
 
 def prepare(weights: str | Path, options: ExportOptions, device: torch.device) -> ExportJob:
