@@ -125,8 +125,11 @@ def _raise_terminated(signum, _frame) -> None:
 
 def _terminate_as_interrupt() -> Callable[[], None]:
     """Handle SIGTERM like SIGINT while a command runs; the function that restores the earlier handler. Signal
-    handlers belong to the main thread: elsewhere (a command run from a worker thread) nothing changes."""
+    handlers belong to the main thread: elsewhere (a command run from a worker thread), or where SIGTERM is ignored,
+    nothing changes."""
     if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:  # the parent chose to ignore it (as nohup does SIGHUP)
         return lambda: None
     earlier = signal.signal(signal.SIGTERM, _raise_terminated)
     return lambda: signal.signal(signal.SIGTERM, earlier)

@@ -23,7 +23,7 @@ from models.nn.config import MAX_CLASSES, config_parameters, short_repr
 from models.nn.family import family_of_checkpoint, family_of_config
 from models.nn.yolo import Model
 from models.weights.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
-from models.weights.tensor_checks import check_probe_outputs, check_weights
+from models.weights.tensor_checks import check_file_tensors, check_probe_outputs, check_weights
 from utils.downloads import attempt_download_weights
 from utils.errors import CheckpointError, ModelConfigError, YoloError
 from utils.log import one_line
@@ -197,6 +197,7 @@ def load_checkpoint(path: str | Path) -> dict:
     else:
         raise CheckpointError(f"{path} is not a YOLO checkpoint (no model config inside)")
     _check_weights(ckpt.get("model"), where, size)
+    check_file_tensors(tensors, where)  # what else the file holds (an optimizer's state) is of usable kinds too
     training = ckpt.get("train_model")  # a last.pt's float32 training weights, which --resume loads
     if isinstance(training, dict) and all(isinstance(v, torch.Tensor) for v in training.values()):
         check_weights(training, f"{where} (its training weights)")

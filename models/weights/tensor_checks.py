@@ -60,6 +60,20 @@ def check_tensor_kinds(state: dict[str, torch.Tensor], where: str) -> None:
             raise CheckpointError(f"{where}: weight {name} {problem}; refusing it (a damaged or converted file)")
 
 
+OTHER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)  # counters, flags
+
+
+def check_file_tensors(tensors: list[torch.Tensor], where: str) -> None:
+    """CheckpointError for the first tensor anywhere in the file (an optimizer's state, a last.pt's training weights,
+    extras) that is not dense, not on the CPU, or neither real floating-point nor an integer: the weights are checked
+    by name (check_tensor_kinds); what --resume loads besides them must not be complex, float8 or quantized either."""
+    for value in tensors:
+        problem = kind_problem("", value)
+        if problem and not (value.layout == torch.strided and not value.is_quantized and value.dtype in OTHER_DTYPES):
+            where_else = "a tensor beside its weights (e.g. an optimizer's state)"
+            raise CheckpointError(f"{where}: {where_else} {problem}; refusing it")
+
+
 def check_finite(state: dict[str, torch.Tensor], where: str) -> None:
     """CheckpointError for the first floating-point tensor holding NaN or inf (after check_tensor_kinds)."""
     for key, value in state.items():

@@ -131,3 +131,11 @@ def test_sigterm_from_another_process_removes_what_the_command_created(tmp_path)
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 143 and "Terminated (SIGTERM)" in out and "Traceback" not in out, out
     assert not list(tmp_path.glob(".w-export-*"))
+
+
+def test_an_ignored_sigterm_stays_ignored():
+    earlier = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        assert run_cli(lambda: 0 if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN else 1) == 0
+    finally:
+        signal.signal(signal.SIGTERM, earlier)

@@ -129,3 +129,19 @@ def test_ensemble_of_same_count_different_names_says_which_differ(tmp_path, smal
         load_models([a, b])
     message = str(err.value)
     assert "both have 2 classes but their names differ" in message and "class 1 is 'dog'" in message, message
+
+
+@pytest.mark.parametrize(
+    "odd, words",
+    [(torch.zeros(3, dtype=torch.complex64), "complex64"), (torch.zeros(3).to(torch.float8_e5m2), "float8_e5m2")],
+)
+def test_odd_tensors_beside_the_weights_are_refused(tmp_path, small_model, odd, words):
+    """What --resume loads besides the weights (an optimizer's state) may not be complex or float8 either."""
+    ckpt = checkpoint_dict(small_model)
+    fine = {"state": {0: {"step": torch.tensor(3.0), "momentum_buffer": torch.zeros(2)}}, "param_groups": []}
+    torch.save({**ckpt, "optimizer": fine, "epoch": torch.tensor(1)}, tmp_path / "fine.pt")
+    load_checkpoint(tmp_path / "fine.pt")
+    odd_state = {"state": {0: {"step": torch.tensor(3.0), "momentum_buffer": odd}}, "param_groups": []}
+    torch.save({**ckpt, "optimizer": odd_state}, tmp_path / "odd.pt")
+    with pytest.raises(CheckpointError, match=f"beside its weights .*{words}"):
+        load_checkpoint(tmp_path / "odd.pt")
