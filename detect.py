@@ -8,6 +8,7 @@ family's thresholds):
     python detect.py --weights yolov5n.pt --source rtsp://host/stream --view-img
     python detect.py --weights yolov5n.pt --source img.jpg --save-txt --save-conf --save-crop
     python detect.py --weights a.pt b.pt --source img.jpg --augment          # ensemble, test-time augmentation
+    python detect.py --weights yolo11n.pt --source clip.mp4 --track bytetrack.yaml  # identities (default botsort)
 """
 
 import argparse
@@ -17,7 +18,16 @@ from models import load_detector
 from utils.cli import Parser, run_cli
 from utils.errors import DetectError
 from utils.infer.outputs import OutputOptions, Outputs, make_save_dir
-from utils.infer.predict import LIMITS, DetectCommand, DetectRun, PredictOptions, Predictor, check_options, detect_all
+from utils.infer.predict import (
+    LIMITS,
+    DetectCommand,
+    DetectRun,
+    PredictOptions,
+    Predictor,
+    check_options,
+    detect_all,
+    tracking_session,
+)
 from utils.infer.sources import check_source
 from utils.torch_utils import fit_threads_to_idle_cores, select_device
 
@@ -49,10 +59,12 @@ def run(**options) -> DetectRun:
         raise DetectError("give --source: an image, a folder, a glob, a .txt list, a video, a webcam (0) or a stream")
     device = select_device(o.device)
     checked = check_source(o.source)  # first, so a typo in --source fails at once rather than after a download
+    session = tracking_session(o.track, checked)
     model, precision = load_detector(o.weights, device, o.half, o.bf16, o.augment)
+    conf = session.config.track_low_thresh if session and o.conf_thres is None else o.conf_thres  # for 2nd stage
     predict = PredictOptions(
         img_size=o.imgsz,
-        conf_thres=o.conf_thres,
+        conf_thres=conf,
         iou_thres=o.iou_thres,
         classes=o.classes,
         agnostic=o.agnostic_nms,
@@ -63,7 +75,7 @@ def run(**options) -> DetectRun:
     save_dir = make_save_dir(o.project, o.name, o.exist_ok)
     inputs = [*checked.images, *checked.videos, checked.text]  # the text: a .txt list is an input too
     outputs = Outputs(save_dir, predictor.names, output_options(o), inputs=[] if checked.stream else inputs)
-    return detect_all(predictor, checked, outputs, save_dir)
+    return detect_all(predictor, checked, outputs, save_dir, session)
 
 
 def output_options(o: DetectCommand) -> OutputOptions:
@@ -109,6 +121,7 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     half_help = "FP16 inference on CUDA (default: on for GPUs with fast FP16; never on CPU)"
     add("--half", action=argparse.BooleanOptionalAction, default=None, help=half_help)
     add("--vid-stride", type=limit["vid_stride"], default=1, help="video frame-rate stride")
+    add("--track", nargs="?", const="botsort.yaml", metavar="TRACKER", help="bytetrack.yaml, botsort.yaml or a path")
     for flag, text in SWITCHES.items():
         add(flag, action="store_true", help=text)
     opt = parser.parse_args(argv)
@@ -127,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(opt: argparse.Namespace) -> None:
     """Run detection; an error when no image or frame could be read."""
-    if not run(**vars(opt)).results:
+    if not run(**vars(opt)).frames:
         raise DetectError(f"no image or frame of {opt.source} could be read")
 
 

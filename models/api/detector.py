@@ -7,6 +7,8 @@ detect.py does), not stacked into one batch.
 """
 
 import contextlib
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -22,11 +24,13 @@ from models.export.backends import load_exported
 from models.export.formats import is_backend_path
 from utils.downloads import attempt_download_weights, cached_download, is_url
 from utils.errors import DetectorError
-from utils.images import read_image_checked, to_bgr_uint8
+from utils.images import VID_FORMATS, read_image_checked, suffix, to_bgr_uint8
 from utils.infer.predict import Precision, PredictOptions, Predictor, check_options
-from utils.infer.sources import not_regular, prepare, too_thin
+from utils.infer.sources import check_source, is_stream, not_regular, prepare, too_thin
 from utils.log import LOGGER
 from utils.torch_utils import prepare_for_inference, select_device
+from utils.track.session import TrackingSession
+from utils.track.stream import track
 
 Weights = str | Path | list[str | Path] | tuple[str | Path, ...] | nn.Module
 
@@ -106,14 +110,15 @@ def _from_tensor(tensor: torch.Tensor) -> list[np.ndarray]:
     return [np.ascontiguousarray(im.permute(1, 2, 0).numpy()[..., ::-1]) for im in batch]
 
 
-def to_images(inputs, rgb: bool = False) -> list[tuple[str, np.ndarray]]:
-    """(name, BGR uint8 image) per input: paths, URLs, arrays, PIL images, tensors, or a list of them."""
+def to_images(inputs, rgb: bool = False, first: int = 0) -> list[tuple[str, np.ndarray]]:
+    """(name, BGR uint8 image) per input: paths, URLs, arrays, PIL images, tensors, or a list of them. Unnamed
+    inputs are named image<first>, image<first + 1>, ..."""
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if not items:
         raise DetectorError("no inputs: give an image, a path, or a non-empty list of them")
     images = []
     for item in items:
-        name = f"image{len(images)}"
+        name = f"image{first + len(images)}"
         if isinstance(item, (str, Path)):
             images.append((str(item), _read_path(item)))
         elif isinstance(item, np.ndarray):
@@ -121,11 +126,49 @@ def to_images(inputs, rgb: bool = False) -> list[tuple[str, np.ndarray]]:
         elif isinstance(item, Image.Image):
             images.append((getattr(item, "filename", "") or name, _from_pil(item)))
         elif isinstance(item, torch.Tensor):
-            images.extend((f"image{len(images) + i}", im) for i, im in enumerate(_from_tensor(item)))
+            images.extend((f"image{first + len(images) + i}", im) for i, im in enumerate(_from_tensor(item)))
         else:
             kinds = "a path, URL, numpy array, PIL image or torch tensor"
             raise DetectorError(f"cannot detect on a {type(item).__name__}: give {kinds}")
     return images
+
+
+class Tracking:
+    """A Detector's tracking state: the TrackingSession and the predictor that feeds it (the Detector's own, or one
+    with conf_thres at the tracker's track_low_thresh when the Detector was made without conf_thres)."""
+
+    def __init__(self, detector: "Detector", tracker: str | Path):
+        self.tracker = str(tracker)
+        self.session = TrackingSession(tracker)
+        predictor = detector.predictor
+        if detector.conf_given:
+            self.predictor = predictor
+        else:
+            options = replace(predictor.options, conf_thres=self.session.config.track_low_thresh)
+            self.predictor = Predictor(detector.model, detector.device, options, predictor.precision, log=False)
+
+
+def ids_tensor(ids: np.ndarray | None) -> torch.Tensor | None:
+    return None if ids is None else torch.from_numpy(np.asarray(ids, np.int64))
+
+
+def _results(result, image: np.ndarray, names: list[str]) -> Results:
+    """The API's Results of one of the Predictor's ImageResults."""
+    boxes = torch.from_numpy(np.ascontiguousarray(result.boxes))
+    return Results(boxes, names, result.shape, image, result.path, result.frame, ids_tensor(result.ids))
+
+
+def _is_sequence(source) -> bool:
+    """Whether a track() source is a sequence (video, folder, glob, list, webcam, stream) rather than frames."""
+    if not isinstance(source, (str, Path)):
+        return False
+    text = str(source)
+    return (
+        is_stream(text)
+        or suffix(text) in VID_FORMATS + ("txt",)
+        or Path(text).is_dir()
+        or any(c in text for c in "*?[")
+    )
 
 
 class Detector:
@@ -153,6 +196,7 @@ class Detector:
         augment: bool = False,
     ):
         check_options(imgsz=img_size, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, classes=classes)
+        self.conf_given = conf_thres is not None
         self.device = select_device(device)
         self.model, precision = load_detector(weights, self.device, half, augment=augment)
         options = PredictOptions(
@@ -165,15 +209,58 @@ class Detector:
         )
         self.predictor = Predictor(self.model, self.device, options, precision)
         self.names = self.predictor.names
+        self.unnamed = 0  # arrays, PIL images and tensors seen: each call names them on (image0, image1, ...)
+        self.tracking: Tracking | None = None
 
     def __call__(self, inputs, rgb: bool = False) -> list[Results]:
         """One Results per image of inputs (a path, URL, BGR array, RGB array with rgb=True, PIL image, tensor, or a
         list of them; a (B, 3, H, W) tensor counts as B images). Raises DetectorError on an input it cannot use."""
-        results = []
-        for name, image in to_images(inputs, rgb):
-            boxes, _, _ = self.predictor.predict(self._letterbox(name, image), image)
-            results.append(Results(torch.from_numpy(boxes), self.names, image.shape[:2], image, name))
-        return results
+        return [self._detect(name, image) for name, image in self._images(inputs, rgb)]
+
+    def _images(self, inputs, rgb: bool) -> list[tuple[str, np.ndarray]]:
+        images = to_images(inputs, rgb, first=self.unnamed)
+        self.unnamed += sum(name.startswith("image") and not Path(name).suffix for name, _ in images)
+        return images
+
+    def _detect(self, name: str, image: np.ndarray, predictor: Predictor | None = None) -> Results:
+        boxes, _, _ = (predictor or self.predictor).predict(self._letterbox(name, image), image)
+        return Results(torch.from_numpy(boxes), self.names, image.shape[:2], image, name)
+
+    def stream(self, source, verbose: bool = False) -> Iterator[Results]:
+        """One Results per image or frame of any source detect.py takes (a file, folder, glob, .txt list, video,
+        webcam index or stream URL), made when asked for: nothing is kept, so memory stays flat on an endless
+        stream. Raises SourceError for a source that cannot be read."""
+        for prediction in self.predictor.stream(check_source(source), verbose=verbose):
+            yield _results(prediction.result, prediction.image, self.names)
+
+    def track(self, source, tracker: str | Path = "botsort.yaml", persist: bool = True, stream: bool = False):
+        """Detections with identities (Results.id), by ByteTrack or BoT-SORT (tracker: bytetrack.yaml, botsort.yaml
+        or a tracker YAML's path).
+
+        source is either frames (an image, array, PIL image or tensor, or a list of them), tracked as the next frames
+        of one sequence, or a video, a folder of frames, a webcam or a stream, each video a sequence of its own.
+        persist=True keeps the tracker's state from one call to the next (a frame loop); False starts afresh.
+        Returns a list of Results, or with stream=True a generator of them (for long videos and streams). Unless
+        conf_thres was given, detections down to the tracker's track_low_thresh feed it (its second stage)."""
+        if self.tracking is None or not persist or self.tracking.tracker != str(tracker):
+            self.tracking = Tracking(self, tracker)
+        results = self._track_source(source) if _is_sequence(source) else self._track_frames(source)
+        return results if stream else list(results)
+
+    def _track_source(self, source) -> Iterator[Results]:
+        session, predictor = self.tracking.session, self.tracking.predictor
+        frames = predictor.stream(check_source(source), verbose=False, frames=True)
+        for prediction, _ in track(frames, session, str(source)):
+            yield _results(prediction.result, prediction.image, self.names)
+
+    def _track_frames(self, inputs) -> Iterator[Results]:
+        session, predictor = self.tracking.session, self.tracking.predictor
+        for name, image in self._images(inputs, rgb=False):
+            result = self._detect(name, image, predictor)
+            boxes, ids = session.update("frames", result.boxes.numpy(), image)
+            yield Results(
+                torch.from_numpy(boxes), self.names, image.shape[:2], image, name, session.frame, ids_tensor(ids)
+            )
 
     def _letterbox(self, name: str, image: np.ndarray) -> np.ndarray:
         """The letterboxed CHW RGB input of one image; DetectorError when it is too thin to resize."""

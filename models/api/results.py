@@ -28,6 +28,8 @@ class Results:
     orig_shape: tuple[int, int]  # (height, width)
     image: np.ndarray
     path: str = "image0"
+    frame: int = 0  # 1-based frame index for video and stream frames, 0 for images
+    id: torch.Tensor | None = None  # (n,) track identities when tracking (Detector.track), else None
 
     @property
     def xyxy(self) -> torch.Tensor:
@@ -63,14 +65,18 @@ class Results:
         """A BGR copy of the image with the boxes (and 'class conf' labels) drawn, as detect.py draws them; the line
         width (None: scaled with the image, as detect.py's default) sets the label font's size too."""
         annotator = Annotator(self.image.copy(), line_width=line_width)
-        for *xyxy, score, cls in reversed(self.boxes.tolist()):
+        ids = [None] * len(self.boxes) if self.id is None else self.id.tolist()
+        for (*xyxy, score, cls), track_id in zip(reversed(self.boxes.tolist()), reversed(ids)):
             name = self.names[int(cls)]
             label = (f"{name} {score:.2f}" if conf else name) if labels else ""
-            annotator.box_label(xyxy, label, color=colors(int(cls), bgr=True))
+            if track_id is not None:  # an identity keeps its colour from frame to frame
+                label = f"id:{int(track_id)} {label}".strip() if labels else ""
+            annotator.box_label(xyxy, label, color=colors(int(cls if track_id is None else track_id), bgr=True))
         return annotator.result()
 
     def save(self, save_dir: str | Path = "runs/detect/api") -> Path:
-        """Write the annotated image to save_dir/<name>.jpg (or the input's suffix) and return its path.
+        """Write the annotated image to save_dir/<name>.jpg (or the input's suffix) and return its path; a video or
+        stream frame is saved as <video stem>_<frame>.jpg, so no frame overwrites another.
 
         A new or empty save_dir becomes a run folder (utils.files' marker), where later saves replace their
         earlier files; in any other existing folder only new files are written. The input image itself is
@@ -78,7 +84,10 @@ class Results:
         name, folder = Path(self.path), Path(save_dir)
         if not folder.is_dir() or is_run_dir(folder) or not any(folder.iterdir()):
             reserve_run_dir(folder, exist_ok=True)
-        file = folder / (name.name if name.suffix else f"{name.name}.jpg")
+        if self.frame:
+            file = folder / f"{name.stem}_{self.frame}.jpg"
+        else:
+            file = folder / (name.name if name.suffix else f"{name.name}.jpg")
         inputs, replace = file_ids([self.path]), is_run_dir(folder)
 
         def may_write(target: Path) -> bool:
@@ -94,7 +103,8 @@ class Results:
         stem = Path(self.path).stem
         for *xyxy, _, cls in reversed(self.boxes.tolist()):
             folder = Path(save_dir) / "crops" / crop_folder(self.names[int(cls)], int(cls))
-            crops.append(save_one_box(xyxy, self.image, file=folder / f"{stem}.jpg"))
+            name = f"{stem}_{self.frame}" if self.frame else stem
+            crops.append(save_one_box(xyxy, self.image, file=folder / f"{name}.jpg"))
         return crops
 
     def to_dict(self) -> dict:
@@ -103,7 +113,11 @@ class Results:
             {"class": int(c), "name": self.names[int(c)], "confidence": round(s, 5), "xyxy": [round(v, 2) for v in b]}
             for *b, s, c in self.boxes.tolist()
         ]
-        return {"path": self.path, "height": self.orig_shape[0], "width": self.orig_shape[1], "boxes": boxes}
+        if self.id is not None:
+            for box, track_id in zip(boxes, self.id.tolist()):
+                box["id"] = int(track_id)
+        out = {"path": self.path, "height": self.orig_shape[0], "width": self.orig_shape[1], "boxes": boxes}
+        return {**out, "frame": self.frame} if self.frame else out
 
     def to_json(self, indent: int | None = None) -> str:
         """to_dict() as a JSON string."""

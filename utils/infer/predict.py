@@ -23,6 +23,12 @@ from utils.errors import DetectError
 from utils.infer.sources import Source, load_sources
 from utils.log import LOGGER, speed_line
 from utils.torch_utils import time_sync
+from utils.track.session import TrackingSession
+from utils.track.stream import track
+
+# Results of video and stream frames kept in DetectRun beyond this are only counted: a long video or an endless
+# stream runs in constant memory (every frame is still written and logged)
+MAX_FRAME_RESULTS = 1000
 
 # Valid range of each numeric detection option: one table for detect.py's argparse types and for check_options,
 # so the command line and run() refuse the same values with the same words.
@@ -89,6 +95,7 @@ class ImageResult:
     shape: tuple[int, int]  # original (height, width)
     boxes: np.ndarray  # (n, 6): x1, y1, x2, y2, conf, class; highest confidence first
     inference_ms: float
+    ids: np.ndarray | None = None  # (n,) track identities when tracking (then boxes are the tracked boxes)
 
 
 @dataclass
@@ -110,7 +117,8 @@ class DetectRun:
 
     save_dir: Path
     names: list[str]
-    results: list[ImageResult] = field(default_factory=list)
+    results: list[ImageResult] = field(default_factory=list)  # images' and the first MAX_FRAME_RESULTS frames'
+    frames: int = 0  # images and video or stream frames processed
     speed_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)  # pre-process, inference, NMS per image
     skipped: list[str] = field(default_factory=list)
 
@@ -145,6 +153,7 @@ class DetectCommand:
     vid_stride: int = 1
     bf16: bool = False
     augment: bool = False
+    track: str | Path | None = None  # a tracker YAML (bytetrack.yaml, botsort.yaml or a path): identities on frames
 
 
 def inference_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -> list[int]:
@@ -224,8 +233,10 @@ class Predictor:
     module that maps (B, 3, H, W) to raw predictions and has names, stride, family (its family's declaration:
     thresholds, end2end, pixel_boxes) and optionally imgsz (the size it was trained at)."""
 
-    def __init__(self, model, device: torch.device, options: PredictOptions, precision: Precision | None = None):
-        self.model, self.device, self.options = model, device, model_defaults(options, model)
+    def __init__(
+        self, model, device: torch.device, options: PredictOptions, precision: Precision | None = None, log: bool = True
+    ):
+        self.model, self.device, self.options = model, device, model_defaults(options, model, log)
         self.precision = precision or Precision()
         self.names = list(model.names)
         self.stride = int(model.stride.max())
@@ -315,9 +326,11 @@ class Predictor:
             self.shapes.append(tuple(x.shape))
         return det.cpu().numpy(), tuple(x.shape), times
 
-    def stream(self, source: str | Path | Source, verbose: bool = True) -> Iterator[Prediction]:
-        """One Prediction per readable image or frame of source (logged as it goes when verbose)."""
-        loader = load_sources(source, self.img_size, self.stride, auto=self.auto, vid_stride=self.options.vid_stride)
+    def stream(self, source: str | Path | Source, verbose: bool = True, frames: bool = False) -> Iterator[Prediction]:
+        """One Prediction per readable image or frame of source (logged as it goes when verbose); frames=True reads
+        a folder of images as one sequence of frames, in frame order (for tracking)."""
+        vid_stride = self.options.vid_stride
+        loader = load_sources(source, self.img_size, self.stride, auto=self.auto, vid_stride=vid_stride, frames=frames)
         self.skipped = loader.skipped if hasattr(loader, "skipped") else []  # filled as the loader goes
         last_input, frame, first = None, 0, True
         for path, im, original, capture, log in loader:
@@ -337,19 +350,38 @@ class Predictor:
             yield Prediction(result, original, video, capture, getattr(loader, "fps", 30.0), input_shape, times)
 
 
-def detect_all(predictor: "Predictor", checked: Source, outputs, save_dir: Path) -> DetectRun:
-    """detect.py's loop: every prediction of the checked source through outputs (a utils.infer.outputs.Outputs);
-    what was done."""
+def tracking_session(tracker: str | Path | None, checked: Source) -> TrackingSession | None:
+    """The tracking session for detect.py's --track, or None: not tracking, or a single image (a warning: tracking
+    needs frames). An unusable tracker name or YAML is a TrackerError, before any model is loaded."""
+    if tracker is None:
+        return None
+    session = TrackingSession(tracker)
+    if not checked.stream and not checked.videos and len(checked.images) == 1:
+        LOGGER.warning(
+            "WARNING: --track on a single image: tracking needs frames (a video, a stream or a folder of frames); "
+            "detecting without identities"
+        )
+        return None
+    return session
+
+
+def detect_all(predictor: "Predictor", checked: Source, outputs, save_dir: Path, tracker=None) -> DetectRun:
+    """detect.py's loop: every prediction of the checked source through outputs (a utils.infer.outputs.Outputs),
+    tracked when a TrackingSession is given; what was done."""
     out = DetectRun(save_dir=save_dir, names=predictor.names)
+    stream = predictor.stream(checked, frames=tracker is not None)
+    pairs = track(stream, tracker, checked.text) if tracker else ((p, None) for p in stream)
     try:
-        for prediction in predictor.stream(checked):
-            out.results.append(prediction.result)
-            if not outputs.write(prediction):
+        for prediction, tracked in pairs:
+            out.frames += 1
+            if not prediction.video or len(out.results) < MAX_FRAME_RESULTS:
+                out.results.append(prediction.result)
+            if not outputs.write(prediction, tracked):
                 break
     finally:
         outputs.close()
     out.skipped = list(predictor.skipped)
-    if out.results:
+    if out.frames:
         out.speed_ms = predictor.speed_ms
         LOGGER.info(predictor.speed_line())
         if outputs.saved_line():

@@ -18,5 +18,5 @@ def track(predictions: Iterator, session: TrackingSession, source_text: str) -> 
     for prediction in predictions:
         sequence = sequence_of(prediction, source_text)
         boxes, ids = session.update(sequence, prediction.result.boxes, prediction.image)
-        prediction.result.boxes = boxes
+        prediction.result.boxes, prediction.result.ids = boxes, ids
         yield prediction, Tracked(ids, sequence, session.frame)

@@ -151,3 +151,64 @@ def test_augment_runs_and_finds_the_bus(log):
     assert any("test-time augmentation" in m for m in log.messages)
     result = Detector(model, device="cpu")(str(BUS))[0]
     assert "bus" in repr(result) and "person" in repr(result)
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    """An 8-frame video panning across bus.jpg (8 px a frame): the same objects in every frame, moving."""
+    image = cv2.imread(str(BUS))
+    path = tmp_path_factory.mktemp("clip") / "clip.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, (480, 640))
+    for i in range(8):
+        writer.write(np.ascontiguousarray(image[100 : 100 + 640, 8 * i : 8 * i + 480]))
+    writer.release()
+    return path
+
+
+def _frames(path: Path) -> list[np.ndarray]:
+    cap, frames = cv2.VideoCapture(str(path)), []
+    while (frame := cap.read()[1]) is not None:
+        frames.append(frame)
+    return frames
+
+
+@pytest.mark.slow
+@needs_shared
+def test_stream_yields_one_result_per_frame_lazily(detector, clip):
+    stream = detector.stream(str(clip))
+    first = next(stream)  # made on demand: a generator, not a list
+    rest = list(stream)
+    assert [r.frame for r in [first, *rest]] == list(range(1, 9)) and first.id is None
+    same = detector(_frames(clip)[0])[0]  # the frame as an array: the same boxes
+    assert torch.allclose(first.boxes, same.boxes) and first.path == str(clip)
+
+
+def _bus_id(result: Results) -> int:
+    """The identity of the largest box (the bus)."""
+    areas = (result.xyxy[:, 2:] - result.xyxy[:, :2]).prod(1)
+    return int(result.id[int(areas.argmax())])
+
+
+@pytest.mark.slow
+@needs_shared
+def test_track_keeps_identities_on_a_video_and_in_a_frame_loop(clip):
+    detector = Detector(str(WEIGHTS), device="cpu", img_size=320)
+    on_video = detector.track(str(clip), tracker="bytetrack.yaml")
+    assert len(on_video) == 8 and all(r.id is not None and len(r.id) == len(r) for r in on_video)
+    assert {_bus_id(r) for r in on_video} == {_bus_id(on_video[0])}  # the bus keeps one identity
+    looped = [detector.track(frame, tracker="bytetrack.yaml", persist=True)[0] for frame in _frames(clip)]
+    assert [r.id.tolist() for r in looped] == [r.id.tolist() for r in on_video[: len(looped)]]
+    again = detector.track(_frames(clip)[0], tracker="bytetrack.yaml", persist=False)[0]
+    assert sorted(again.id.tolist()) == list(range(1, len(again) + 1))  # a fresh tracker numbers from 1
+    stream = detector.track(str(clip), tracker="bytetrack.yaml", stream=True)
+    assert not isinstance(stream, list) and len(list(stream)) == 8
+
+
+@pytest.mark.slow
+@needs_shared
+def test_saved_frames_and_arrays_never_overwrite_each_other(detector, clip, tmp_path):
+    frames = list(detector.stream(str(clip)))[:2]
+    saved = [r.save(tmp_path / "out") for r in frames]
+    saved += [detector(_frames(clip)[0])[0].save(tmp_path / "out") for _ in range(2)]
+    assert len({p.name for p in saved}) == 4 and all(p.is_file() for p in saved)
+    assert [p.name for p in saved[:2]] == ["clip_1.jpg", "clip_2.jpg"]
