@@ -134,6 +134,7 @@ def epochs_of_samples(ds: LoadImagesAndLabels, epochs: int, seed: int) -> list:
     return [ds[int(i)] for _ in range(epochs) for i in order.permutation(len(ds))]
 
 
+@pytest.mark.slow  # about 3 s of CPU: 2 x 288 full training samples
 def test_buffered_partners_keep_the_sample_distribution(tmp_path):
     """A dataset larger than the buffer: once it is full, a mosaic's partners are distinct buffered images. Each
     image is still a tile as often, and the boxes and pixels of the samples are distributed as with partners
