@@ -314,7 +314,7 @@ class Outputs:
         label_file = self.save_dir / "labels" / f"{name}.txt"
         if o.save_txt and len(result.boxes) and self.may_write(label_file):
             self._write_labels(label_file, result, tracked)
-        if tracked is not None and o.writes_files:
+        if tracked is not None:  # written with --nosave too: it is the tracking's result, not an image
             self.tracks.write(tracked, result.boxes, self.may_write)
         if not (o.save_img or o.save_crop or self.view):
             return True
