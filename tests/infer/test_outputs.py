@@ -138,3 +138,11 @@ def test_tracked_boxes_are_drawn_in_their_identitys_colour(tmp_path):
 def test_mot_rows():
     rows = mot_rows(12, np.array([[10.0, 20.0, 40.0, 60.0, 0.5, 2.0]]), np.array([4]))
     assert rows == "12,4,10.00,20.00,30.00,40.00,0.5000,-1,-1,-1\n"
+
+
+def test_mot_file_is_written_with_nosave(tmp_path):
+    outputs = Outputs(tmp_path, ["cat", "dog"], OutputOptions(save_img=False))
+    outputs.write(_prediction("in/clip.mp4", BOXES[:1], 1, video=True), Tracked(np.array([2]), "in/clip.mp4", 1))
+    outputs.close()
+    assert (tmp_path / "tracks" / "clip.txt").read_text().startswith("1,2,40.00,20.00,")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tracks"]
