@@ -192,9 +192,13 @@ class AnchorFreeDetect(nn.Module):
 def top_detections(boxes: torch.Tensor, scores: torch.Tensor, max_det: int) -> torch.Tensor:
     """The max_det highest (cell, class) scores of each image, as (B, k, 6): x1, y1, x2, y2, score, class.
 
-    A cell may appear once per class. Boxes (B, 4, N) are corners; scores (B, nc, N)."""
-    scores = scores.transpose(1, 2)  # (B, N, nc)
-    nc, k = scores.shape[2], min(max_det, scores.shape[1])
+    A cell may appear once per class. Boxes (B, 4, N) are corners; scores (B, nc, N). max_det placeholder cells
+    (score -1, below any threshold) go after the real ones, so k is max_det whatever N is: a traced export keeps
+    no k computed from its trace size's N (too many for a smaller input, too few for a larger one)."""
+    bs, nc = scores.shape[:2]
+    scores = torch.cat((scores, scores.new_full((bs, nc, max_det), -1.0)), 2).transpose(1, 2)  # (B, N + k, nc)
+    boxes = torch.cat((boxes, boxes.new_zeros((bs, 4, max_det))), 2)
+    k = max_det
     best_cells = scores.amax(2).topk(k, 1).indices  # only these cells can hold one of the k best pairs
     candidates = scores.gather(1, best_cells[..., None].expand(-1, -1, nc))
     top, flat = candidates.flatten(1).topk(k, 1)

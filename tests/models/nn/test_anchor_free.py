@@ -161,7 +161,21 @@ def test_train_and_eval_outputs():
     e2e = Model("yolo26n.yaml", nc=3)
     assert set(e2e(x)) == {"one2many", "one2one"}
     with torch.no_grad():
-        assert e2e.eval()(x)[0].shape == (2, 126, 6)  # top min(300, cells) (cell, class) pairs
+        detections = e2e.eval()(x)[0]
+    assert detections.shape == (2, 300, 6)  # always max_det rows: the top (cell, class) pairs, then placeholders
+    assert (detections[..., 4] >= 0).all()  # 126 cells x 3 classes: 378 pairs to choose the top 300 from
+
+
+def test_end_to_end_rows_do_not_depend_on_the_traced_size():
+    """A traced YOLO26 (what a dynamic export holds) gives max_det rows at any input size: at its trace size's
+    cell count k was once baked in, failing smaller inputs and leaving larger ones uncapped."""
+    model = Model("yolo26n.yaml", nc=3).eval()
+    with torch.no_grad():
+        traced = torch.jit.trace(model, torch.zeros(1, 3, 320, 320), strict=False, check_trace=False)
+        small, large = traced(torch.rand(1, 3, 64, 64))[0], traced(torch.rand(1, 3, 640, 640))[0]
+    assert small.shape == large.shape == (1, 300, 6)
+    assert int((small[..., 4] >= 0).sum()) == 84 * 3  # (8x8 + 4x4 + 2x2 cells) x 3 classes; then placeholders
+    assert (small[0, 84 * 3 :, 4] == -1).all() and (large[..., 4] >= 0).all()
 
 
 def test_nms_of_our_contract_equals_nms_on_class_scores(reference):
