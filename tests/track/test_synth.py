@@ -55,3 +55,14 @@ def test_written_sequence_and_detection_set(tmp_path):
         write_sequence(tmp_path, options, name="s")
     root = write_detection_set(tmp_path / "det", options, n_train=3, n_val=2)
     assert len(list((root / "labels" / "train").glob("*.txt"))) == 3 and (root / "data.yaml").is_file()
+
+
+def test_object_with_the_largest_id_is_drawn_when_ids_have_gaps():
+    """Objects that left the view before frame 0 are dropped, so ids have gaps and the largest exceeds the number of
+    objects (seed 9 at the default size: 38 ids above 36 objects); the frame showing it must still render."""
+    renderer = SceneRenderer(SceneOptions(seed=9))
+    assert max(t.track_id for t in renderer.tracks) > len(renderer.tracks)
+    last = max(renderer.tracks, key=lambda t: t.track_id)
+    t = min(max((last.start + last.end) // 2, 0), renderer.options.frames - 1)
+    _, rows = renderer.frame(t)
+    assert last.track_id in {r[0] for r in rows}

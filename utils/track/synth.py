@@ -181,7 +181,8 @@ class SceneRenderer:
             )
             drawn[track.track_id] = max(area, 1.0)
             boxes[track.track_id] = (track.cls, x1, y1, x2, y2)
-        visible = np.bincount(owner.ravel(), minlength=len(self.tracks) + 2)
+        # track ids need not be consecutive (make_tracks drops some), so count up to the largest
+        visible = np.bincount(owner.ravel(), minlength=max((tr.track_id for tr in self.tracks), default=0) + 1)
         return img, self._rows(boxes, drawn, visible)
 
     def _rows(self, boxes, drawn, visible) -> list[tuple[int, int, float, float, float, float, float]]:
