@@ -1,5 +1,6 @@
 """AutoAnchor: best possible recall, k-means + evolution, and replacing the model's anchors only when better."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,6 +10,10 @@ import torch
 import utils.train.autoanchor as autoanchor
 from models.nn.yolo import Model
 from utils.train.autoanchor import anchor_metrics, check_anchors, kmean_anchors, kmeans
+from utils.train.config import TrainConfig
+from utils.train.setup import build_model
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 
 DEFAULT_ANCHORS_PX = torch.tensor(
     [[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]], dtype=torch.float32
@@ -102,3 +107,31 @@ def test_check_anchors_without_labels_leaves_model_alone(log):
     empty = SimpleNamespace(labels=[np.zeros((0, 5), np.float32)] * 3, shapes=np.full((3, 2), 640))
     check_anchors(empty, model)
     assert torch.equal(model.model[-1].anchors, before) and "no labels" in log.text
+
+
+def test_check_anchors_keeps_a_trained_heads_anchors(log):
+    # The boxes of test_check_anchors_replaces_poor_anchors, but the head was trained with these anchors.
+    rng = np.random.default_rng(0)
+    wh = np.stack([4 * np.exp(0.1 * rng.standard_normal(60)), 100 * np.exp(0.1 * rng.standard_normal(60))], 1)
+    model = Model("yolov5n.yaml", nc=1)
+    before = model.model[-1].anchors.clone()
+    check_anchors(_dataset(wh), model, thr=4.0, imgsz=640, refit=False)
+    assert torch.equal(model.model[-1].anchors, before)
+    assert "Anchors kept: the head from the weights was trained with them" in log.text and "poor fit" not in log.text
+
+
+@pytest.mark.parametrize(
+    "nc, cfg, expected",
+    [(80, "", True), (3, "", False), (80, "yolov5n.yaml", False)],
+    ids=["same classes", "other class count", "own --cfg"],
+)
+def test_head_transferred_from_yolov5n(nc, cfg, expected):
+    """AutoAnchor keeps the anchors only when yolov5n.pt's head and anchors both came across."""
+    weights = SHARED / "weights" / "yolov5n.pt"
+    if not weights.is_file():
+        pytest.skip(f"{weights} not found (../shared is absent)")
+    config = TrainConfig(weights=str(weights), cfg=cfg, data="unused.yaml")
+    model, trained = build_model(config, nc, {"anchors": 0}, torch.device("cpu"))
+    assert trained is expected
+    if not expected:
+        assert model.model[-1].anchors.shape == (3, 3, 2)

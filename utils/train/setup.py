@@ -37,8 +37,9 @@ def intersect_state_dicts(src: dict, dst: dict, exclude: tuple[str, ...] = ()) -
 
 def build_model(
     config: TrainConfig, nc: int, hyp: dict, device: torch.device, resume_ckpt: dict | None = None
-) -> Model:
-    """The model to train: from --cfg, from --weights with every matching tensor transferred, or resumed."""
+) -> tuple[Model, bool]:
+    """The model to train: from --cfg, from --weights with every matching tensor transferred, or resumed; and
+    whether its detection head (output layers and anchors) came trained from the weights."""
     anchors = round(hyp.get("anchors") or 0) or None  # as YOLOv5: rounded, and 0 keeps the config's anchors
     if resume_ckpt is not None:  # the training weights (not the EMA) of the interrupted run
         saved_nc = resume_ckpt["yaml"].get("nc")
@@ -49,11 +50,11 @@ def build_model(
             )
         model = _make_model(resume_ckpt["yaml"], nc, None, family_of_checkpoint(resume_ckpt))
         load_resume_state(model, resume_ckpt["train_model"], f"{config.weights}: its training weights")
-        return model.to(device)
+        return model.to(device), True
     if not config.weights:
         if not config.cfg:
             raise TrainError("give --cfg (e.g. yolov5s.yaml) to train from scratch, or --weights to fine-tune")
-        return _make_model(config.cfg, nc, anchors).to(device)
+        return _make_model(config.cfg, nc, anchors).to(device), False
     try:
         path = attempt_download_weights(config.weights)
     except DownloadError as e:
@@ -72,7 +73,15 @@ def build_model(
             f"Not transferred (another shape or name, e.g. a different class count): {len(skipped)} "
             f"tensors, e.g. {', '.join(skipped[:3])}"
         )
-    return model.to(device)
+    return model.to(device), head_transferred(model, matched)
+
+
+def head_transferred(model: Model, transferred: dict) -> bool:
+    """Whether the detection head's output layers came from the weights together with the anchors they were trained
+    against (the same class count, and no --cfg or anchor count of the user's own)."""
+    head = f"model.{len(model.model) - 1}."
+    names = [k for k in transferred if k.startswith(head)]
+    return any(".m." in k for k in names) and (not model.family.anchors or any("anchor" in k for k in names))
 
 
 def load_resume_state(module: nn.Module, state: dict, what: str) -> None:

@@ -357,7 +357,9 @@ class Trainer:
         """The model (from --cfg, --weights or the resumed run), its frozen layers, the image size its strides allow,
         and the batch size (AutoBatch's, for --batch-size -1 on one device: train.py refuses it under DDP)."""
         config = self.config
-        model = build_model(config, self.nc, self.hyp, self.device, self.resume_ckpt if self.resuming else None)
+        model, self.trained_head = build_model(
+            config, self.nc, self.hyp, self.device, self.resume_ckpt if self.resuming else None
+        )
         model.names = list(self.names)
         self.family = model.family
         check_hyp_fits(self.family, self.hyp, config.hyp_file)
@@ -414,7 +416,7 @@ class Trainer:
         batch = self.train_loader.batch_size * 2
         self.val_loader = build_val_loader(config, self.data["val"], self.imgsz, batch, self.grid, self.hyp, self.nc)
         if not self.resuming and not config.noautoanchor and self.family.anchors:  # nothing to fit without anchors
-            check_anchors(self.dataset, model=model, thr=self.hyp["anchor_t"], imgsz=self.imgsz, seed=self.seed)
+            check_anchors(self.dataset, model, self.hyp["anchor_t"], self.imgsz, self.seed, refit=not self.trained_head)
 
     def _setup_precision(self, model: nn.Module, ema: ModelEMA | None, scaler_state: dict | None) -> TrainingParts:
         """Autocast dtype (checked on a sample image), GradScaler for float16, the scaled loss: the step's parts."""
