@@ -58,3 +58,16 @@ def test_warp_moves_position_and_rotates_velocity():
     quarter = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0]])  # 90 degrees
     turned, _ = kalman.warp(mean, cov, quarter)
     assert np.allclose(turned[0, :2], [-20, 10]) and np.allclose(turned[0, 4:6], [0, 1])
+
+
+def test_aspect_state_follows_a_box_and_keeps_its_aspect_nearly_fixed():
+    """(cx, cy, w / h, h), ByteTrack's state: noise scales with the height, the aspect ratio's is a small constant."""
+    mean, cov = kalman.initiate(np.array([[50.0, 80.0, 0.5, 60.0]]), aspect=True)
+    assert np.isclose(cov[0, 2, 2], 1e-4) and np.isclose(cov[0, 0, 0], (2 * 60 / 20) ** 2)
+    assert np.isclose(cov[0, 6, 6], 1e-10) and np.isclose(cov[0, 7, 7], (10 * 60 / 160) ** 2)
+    velocity = np.array([3.0, -2.0, 0.0, 0.25])
+    box = np.array([50.0, 80.0, 0.5, 60.0])
+    for t in range(1, 40):
+        mean, cov = kalman.predict(mean, cov, aspect=True)
+        mean, cov = kalman.update(mean, cov, (box + t * velocity)[None], aspect=True)
+    assert np.allclose(mean[0, 4:], velocity, atol=0.05) and np.isclose(mean[0, 2], 0.5)

@@ -124,3 +124,11 @@ def cv2_blur(img):
     import cv2
 
     return cv2.GaussianBlur(img, (0, 0), 1.5)
+
+
+def test_boxes_without_width_or_height_are_left_out(tracker):
+    """ByteTrack's state holds w / h: a zero-height box would make it infinite, so such boxes are not tracked."""
+    flat = np.array([[10, 10, 40, 10, 0.9, 0], [60, 60, 60, 90, 0.9, 0]], np.float64)
+    for _ in range(3):
+        out = tracker.update(np.concatenate([flat, [_det(100, 100)]]))
+    assert len(out) == 1 and out[0, 7] == 2 and np.all(np.isfinite(out))

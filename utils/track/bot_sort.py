@@ -10,6 +10,8 @@ from utils.track.tracks import Track, warp_all
 
 
 class BotSort(ByteTracker):
+    ASPECT = False  # (cx, cy, w, h): the camera-motion affine acts on width and height as on any (x, y) pair
+
     def __init__(self, config: TrackerConfig, frame_rate: float = 30.0):
         self.camera = CameraMotion(config.gmc_method)
         super().__init__(config, frame_rate)

@@ -24,7 +24,10 @@ OUTPUT_COLUMNS = 8  # x1, y1, x2, y2, track_id, score, cls, index of the detecti
 class ByteTracker:
     """`update(detections, frame)` per frame with detections (n, 6) x1, y1, x2, y2, score, cls in frame pixels;
     returns (m, 8) x1, y1, x2, y2, track_id, score, cls, detection index for the tracks matched in this frame.
-    Identities start at 1 and are never reused by one tracker."""
+    Identities start at 1 and are never reused by one tracker. Its Kalman filter follows (cx, cy, w / h, h), as
+    ByteTrack's does; BoT-SORT's (cx, cy, w, h)."""
+
+    ASPECT = True  # the Kalman state holds the aspect ratio (tracks.Track)
 
     def __init__(self, config: TrackerConfig, frame_rate: float = 30.0):
         self.config = config
@@ -52,8 +55,9 @@ class ByteTracker:
         d = np.asarray(detections, np.float64).reshape(-1, 6)
         d = np.concatenate([d, np.arange(len(d), dtype=np.float64)[:, None]], axis=1)
         cfg = self.config
-        weak = (d[:, 4] > cfg.track_low_thresh) & (d[:, 4] < cfg.track_high_thresh)
-        return d[d[:, 4] >= cfg.track_high_thresh], d[weak]
+        real = (d[:, 2] > d[:, 0]) & (d[:, 3] > d[:, 1])  # a box of no width or height has no aspect ratio
+        weak = real & (d[:, 4] > cfg.track_low_thresh) & (d[:, 4] < cfg.track_high_thresh)
+        return d[real & (d[:, 4] >= cfg.track_high_thresh)], d[weak]
 
     def update(self, detections: np.ndarray, frame: np.ndarray | None = None) -> np.ndarray:
         self.frame_id += 1
@@ -80,7 +84,7 @@ class ByteTracker:
             unconfirmed[i].state = TrackState.REMOVED
         for row in high[high_left]:
             if row[4] >= self.config.new_track_thresh:
-                track = Track(row[:4], row[4], row[5], int(row[6]))
+                track = Track(row[:4], row[4], row[5], int(row[6]), aspect=self.ASPECT)
                 track.activate(next(self._ids), self.frame_id, confirmed=self.frame_id == 1)
                 found.append(track)
         self._bookkeep(pool + unconfirmed, found)
@@ -93,14 +97,14 @@ class ByteTracker:
 
     def _bookkeep(self, previous: list[Track], found: list[Track]) -> None:
         """The new tracked and lost lists: lost tracks past the buffer are dropped, and a lost track that overlaps a
-        tracked one almost exactly is a duplicate (the younger of the two goes)."""
+        tracked one almost exactly is a duplicate (the shorter-followed of the two goes)."""
         tracked = [t for t in found if t.state == TrackState.TRACKED]
         lost = [
             t
             for t in previous
             if t.state == TrackState.LOST and self.frame_id - t.frame_id <= self.max_time_lost and t.is_activated
         ]
-        self.tracked, self.lost = _drop_duplicates(tracked, lost, self.frame_id)
+        self.tracked, self.lost = _drop_duplicates(tracked, lost)
 
     def _output(self) -> np.ndarray:
         shown = [t for t in self.tracked if t.is_activated]
@@ -108,13 +112,14 @@ class ByteTracker:
         return np.concatenate([boxes_xyxy(shown), info], axis=1)
 
 
-def _drop_duplicates(tracked: list[Track], lost: list[Track], frame_id: int) -> tuple[list[Track], list[Track]]:
+def _drop_duplicates(tracked: list[Track], lost: list[Track]) -> tuple[list[Track], list[Track]]:
+    """Of a tracked and a lost track on the same place, the one followed for fewer frames (first to last seen)."""
     if not tracked or not lost:
         return tracked, lost
     cost = iou_cost(boxes_xyxy(tracked), boxes_xyxy(lost))
     drop_tracked, drop_lost = set(), set()
     for i, j in zip(*np.nonzero(cost < DUPLICATE_MAX_COST)):
-        if frame_id - tracked[i].start_frame > frame_id - lost[j].start_frame:
+        if tracked[i].frame_id - tracked[i].start_frame > lost[j].frame_id - lost[j].start_frame:
             drop_lost.add(j)
         else:
             drop_tracked.add(i)

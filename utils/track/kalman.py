@@ -1,9 +1,11 @@
 """A constant-velocity Kalman filter on boxes, the motion model of both trackers.
 
-The state is (cx, cy, w, h) and their velocities per frame; a detection measures (cx, cy, w, h). Noise scales with
-the box's size (a large box moves more pixels per frame and its edges are less precise), with ByteTrack's and
-BoT-SORT's weights: 1/20 of the size for positions, 1/160 for velocities. Every method works on a stack of n tracks
-at once (means (n, 8), covariances (n, 8, 8)), so a frame costs a few array operations whatever n is.
+The state is a box and its velocities per frame, in one of two forms: (cx, cy, w, h), BoT-SORT's, where each
+coordinate's noise scales with the box's width or height (a large box moves more pixels per frame and its edges are
+less precise); or (cx, cy, a, h) with a = w / h (aspect=True), ByteTrack's, where the noise scales with the height and
+the aspect ratio is nearly fixed (small constant noise). Weights as both trackers publish them: 1/20 of the size for
+positions, 1/160 for velocities. Every method works on a stack of n tracks at once (means (n, 8), covariances
+(n, 8, 8)), so a frame costs a few array operations whatever n is.
 """
 
 import numpy as np
@@ -12,49 +14,65 @@ STD_POSITION = 1.0 / 20
 STD_VELOCITY = 1.0 / 160
 MOTION = np.eye(8) + np.eye(8, k=4)  # x_{t+1} = x_t + v_t
 OBSERVATION = np.eye(4, 8)  # a detection sees the box, not its velocity
+# the aspect ratio's standard deviations (aspect=True): at a new track, per frame, of a detection; its velocity's
+ASPECT_STD_INITIAL, ASPECT_STD_PROCESS, ASPECT_STD_MEASURED, ASPECT_VELOCITY_STD = 1e-2, 1e-2, 1e-1, 1e-5
 
 
-def _sizes(boxes: np.ndarray) -> np.ndarray:
-    """(n, 4) of (w, h, w, h) per box of an (n, >=4) cx, cy, w, h array: the scale of each coordinate's noise."""
+def _sizes(boxes: np.ndarray, aspect: bool) -> np.ndarray:
+    """(n, 4) per box of an (n, >=4) box array: the scale of each coordinate's noise, (w, h, w, h) or (h, h, h, h)."""
+    if aspect:
+        return np.repeat(np.maximum(boxes[:, 3:4], 1e-3), 4, axis=1)
     wh = np.maximum(boxes[:, 2:4], 1e-3)
     return np.concatenate([wh, wh], axis=1)
 
 
-def initiate(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Means and covariances of new tracks from (n, 4) cx, cy, w, h detections: at rest, velocity uncertain."""
+def _std(boxes: np.ndarray, position: float, velocity: float | None, aspect: bool, aspect_std: float) -> np.ndarray:
+    """Standard deviations (n, 4) of the box, or (n, 8) with its velocities: weights times the noise scale, and the
+    aspect ratio's own constants when the state holds one."""
+    size = _sizes(boxes, aspect)
+    std = position * size if velocity is None else np.concatenate([position * size, velocity * size], axis=1)
+    if aspect:
+        std[:, 2] = aspect_std
+        if velocity is not None:
+            std[:, 6] = ASPECT_VELOCITY_STD
+    return std
+
+
+def initiate(boxes: np.ndarray, aspect: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Means and covariances of new tracks from (n, 4) measured boxes: at rest, velocity uncertain."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     mean = np.concatenate([boxes, np.zeros_like(boxes)], axis=1)
-    size = _sizes(boxes)
-    std = np.concatenate([2 * STD_POSITION * size, 10 * STD_VELOCITY * size], axis=1)
+    std = _std(boxes, 2 * STD_POSITION, 10 * STD_VELOCITY, aspect, ASPECT_STD_INITIAL)
     return mean, np.einsum("ni,ij->nij", std**2, np.eye(8))
 
 
-def predict(mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def predict(mean: np.ndarray, covariance: np.ndarray, aspect: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """One frame ahead: mean F x, covariance F P F^T + Q (Q from each box's current size)."""
     if not len(mean):
         return mean, covariance
-    size = _sizes(mean)
-    std = np.concatenate([STD_POSITION * size, STD_VELOCITY * size], axis=1)
+    std = _std(mean, STD_POSITION, STD_VELOCITY, aspect, ASPECT_STD_PROCESS)
     new_mean = mean @ MOTION.T
     new_cov = MOTION @ covariance @ MOTION.T + np.einsum("ni,ij->nij", std**2, np.eye(8))
     return new_mean, new_cov
 
 
-def project(mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def project(mean: np.ndarray, covariance: np.ndarray, aspect: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The predicted measurement (n, 4) and its covariance (n, 4, 4) including the detector's noise R. The
     observation picks the first four state entries, so H P H^T is P's top-left block."""
-    std = STD_POSITION * _sizes(mean)
+    std = _std(mean, STD_POSITION, None, aspect, ASPECT_STD_MEASURED)
     cov = covariance[:, :4, :4] + np.einsum("ni,ij->nij", std**2, np.eye(4))
     return mean[:, :4], cov
 
 
-def update(mean: np.ndarray, covariance: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Correct n tracks with their matched (n, 4) cx, cy, w, h detections (the standard Kalman update, all n
+def update(
+    mean: np.ndarray, covariance: np.ndarray, boxes: np.ndarray, aspect: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Correct n tracks with their matched (n, 4) measured detections (the standard Kalman update, all n
     solved in one batched call: the gain K = P H^T S^-1 comes from solving S K^T = H P, S symmetric)."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     if not len(mean):
         return mean, covariance
-    projected, innovation_cov = project(mean, covariance)
+    projected, innovation_cov = project(mean, covariance, aspect)
     cross = covariance[:, :, :4]  # P H^T, (n, 8, 4)
     gain = np.linalg.solve(innovation_cov, cross.transpose(0, 2, 1)).transpose(0, 2, 1)
     new_mean = mean + np.einsum("nij,nj->ni", gain, boxes - projected)
@@ -63,8 +81,8 @@ def update(mean: np.ndarray, covariance: np.ndarray, boxes: np.ndarray) -> tuple
 
 
 def warp(mean: np.ndarray, covariance: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Move n tracks by a 2x3 camera-motion affine (BoT-SORT's compensation): its 2x2 part acts on every (x, y)
-    pair of the state (position, size, and their velocities), its translation on the position."""
+    """Move n (cx, cy, w, h) tracks by a 2x3 camera-motion affine (BoT-SORT's compensation): its 2x2 part acts on
+    every (x, y) pair of the state (position, size, and their velocities), its translation on the position."""
     if not len(mean):
         return mean, covariance
     linear = np.kron(np.eye(4), affine[:, :2])  # (8, 8)

@@ -45,4 +45,8 @@ class TrackingSession:
         self.frame += 1
         out = self.tracker.update(np.asarray(boxes, np.float64).reshape(-1, 6), image)
         out = out[np.argsort(-out[:, 5], kind="stable")]
+        if image is not None:  # a track's box (its Kalman estimate) may reach past the frame, a detection's does not
+            h, w = image.shape[:2]
+            out[:, [0, 2]] = out[:, [0, 2]].clip(0, w)
+            out[:, [1, 3]] = out[:, [1, 3]].clip(0, h)
         return out[:, [0, 1, 2, 3, 5, 6]].astype(np.float32), out[:, 4].astype(np.int64)

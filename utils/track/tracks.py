@@ -14,17 +14,31 @@ class TrackState(Enum):
     REMOVED = 3
 
 
-def xyxy_to_cxcywh(boxes: np.ndarray) -> np.ndarray:
+def xyxy_to_state(boxes: np.ndarray, aspect: bool) -> np.ndarray:
+    """(n, 4) x1, y1, x2, y2 boxes as the Kalman filter measures them: cx, cy, w, h, or cx, cy, w / h, h."""
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-    return np.concatenate([(boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]], axis=1)
+    state = np.concatenate([(boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]], axis=1)
+    if aspect:
+        state[:, 2] /= state[:, 3]
+    return state
+
+
+def state_to_xyxy(means: np.ndarray, aspect: bool) -> np.ndarray:
+    """(n, 4) x1, y1, x2, y2 of (n, >=4) Kalman means (the inverse of xyxy_to_state)."""
+    c = np.array(means[:, :4], np.float64)
+    if aspect:
+        c[:, 2] *= c[:, 3]
+    return np.concatenate([c[:, :2] - c[:, 2:] / 2, c[:, :2] + c[:, 2:] / 2], axis=1)
 
 
 class Track:
     """A track's state. A new track is 'unconfirmed' (not activated) until a second detection matches it, except on
-    a tracker's first frame, where every confident detection starts a confirmed track."""
+    a tracker's first frame, where every confident detection starts a confirmed track. aspect: its Kalman state
+    holds the aspect ratio (ByteTrack's) rather than the width (BoT-SORT's); all tracks of one tracker share it."""
 
-    def __init__(self, box_xyxy: np.ndarray, score: float, cls: float, det_index: int):
+    def __init__(self, box_xyxy: np.ndarray, score: float, cls: float, det_index: int, aspect: bool = False):
         self.box = np.asarray(box_xyxy, np.float64)  # the detection it was made from (until activated)
+        self.aspect = aspect
         self.score, self.cls, self.det_index = float(score), float(cls), int(det_index)
         self.mean: np.ndarray | None = None
         self.covariance: np.ndarray | None = None
@@ -34,7 +48,7 @@ class Track:
         self.start_frame = self.frame_id = 0
 
     def activate(self, track_id: int, frame_id: int, confirmed: bool) -> None:
-        mean, cov = kalman.initiate(xyxy_to_cxcywh(self.box))
+        mean, cov = kalman.initiate(xyxy_to_state(self.box, self.aspect), self.aspect)
         self.mean, self.covariance = mean[0], cov[0]
         self.track_id, self.state, self.is_activated = track_id, TrackState.TRACKED, confirmed
         self.start_frame = self.frame_id = frame_id
@@ -51,16 +65,14 @@ class Track:
         """The box now: the Kalman estimate once activated, else the detection's."""
         if self.mean is None:
             return self.box.copy()
-        cx, cy, w, h = self.mean[:4]
-        return np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+        return state_to_xyxy(self.mean[None], self.aspect)[0]
 
 
 def boxes_xyxy(tracks: list[Track]) -> np.ndarray:
     """(n, 4) x1, y1, x2, y2 of tracks (their Kalman estimate), in one array operation."""
     if not tracks:
         return np.zeros((0, 4))
-    c = np.array([t.mean[:4] for t in tracks])
-    return np.concatenate([c[:, :2] - c[:, 2:] / 2, c[:, :2] + c[:, 2:] / 2], axis=1)
+    return state_to_xyxy(np.array([t.mean[:4] for t in tracks]), tracks[0].aspect)
 
 
 def update_all(tracks: list[Track], detections: np.ndarray, frame_id: int) -> None:
@@ -70,27 +82,30 @@ def update_all(tracks: list[Track], detections: np.ndarray, frame_id: int) -> No
         return
     mean = np.stack([t.mean for t in tracks])
     cov = np.stack([t.covariance for t in tracks])
-    mean, cov = kalman.update(mean, cov, xyxy_to_cxcywh(detections[:, :4]))
+    aspect = tracks[0].aspect
+    mean, cov = kalman.update(mean, cov, xyxy_to_state(detections[:, :4], aspect), aspect)
     for t, d, m, c in zip(tracks, detections, mean, cov):
         t.take(d, m, c, frame_id)
 
 
 def predict_all(tracks: list[Track]) -> None:
-    """Move every track one frame ahead. A track that is not being seen keeps its size: its size velocity is set to
-    0, so a box cannot grow or shrink without bound while nothing measures it."""
+    """Move every track one frame ahead. A track that is not being seen keeps its size: its size velocities (the
+    height's; the width's too in a (cx, cy, w, h) state) are set to 0, so a box cannot grow or shrink without bound
+    while nothing measures it."""
     if not tracks:
         return
+    aspect = tracks[0].aspect
     mean = np.stack([t.mean for t in tracks])
     cov = np.stack([t.covariance for t in tracks])
     unseen = np.array([t.state != TrackState.TRACKED for t in tracks])
-    mean[unseen, 6:8] = 0
-    mean, cov = kalman.predict(mean, cov)
+    mean[unseen, 7 if aspect else slice(6, 8)] = 0
+    mean, cov = kalman.predict(mean, cov, aspect)
     for t, m, c in zip(tracks, mean, cov):
         t.mean, t.covariance = m, c
 
 
 def warp_all(tracks: list[Track], affine: np.ndarray) -> None:
-    """Apply a camera-motion affine (2x3) to every track's state."""
+    """Apply a camera-motion affine (2x3) to every track's (cx, cy, w, h) state."""
     if not tracks or np.allclose(affine, np.eye(2, 3)):
         return
     mean, cov = kalman.warp(np.stack([t.mean for t in tracks]), np.stack([t.covariance for t in tracks]), affine)
