@@ -42,9 +42,11 @@ def test_none_and_reset(texture):
     assert np.allclose(motion.estimate(texture[6:246, 12:332]), np.eye(2, 3))
 
 
-def test_detections_are_left_out_of_the_motion_estimate():
+@pytest.mark.parametrize("method", ["orb", "sift"])
+def test_detections_are_left_out_of_the_keypoint_methods(method):
     """A still camera over a faint background and one big, sharp-cornered object moving 10 px: without its box the
-    object's corners pass for camera motion; with its box masked out the camera is (nearly) still."""
+    object's corners pass for camera motion; with its box masked out of orb's or sift's search the camera is (nearly)
+    still. (sparseOptFlow follows every corner, as BoT-SORT's does: the next test.)"""
     rng = np.random.default_rng(1)
     background = cv2.GaussianBlur(rng.integers(100, 140, (240, 320, 3), dtype=np.uint8), (0, 0), 2)
     frames, boxes = [], []
@@ -54,9 +56,21 @@ def test_detections_are_left_out_of_the_motion_estimate():
             cv2.rectangle(frame, (x + dx, 40 + dy), (x + dx + 40, 80 + dy), (255, 255, 255), -1)
         frames.append(frame)
         boxes.append(np.array([[x - 5, 35, x + 115, 145, 0.9, 0]]))
-    unmasked, masked = CameraMotion("sparseOptFlow"), CameraMotion("sparseOptFlow")
+    unmasked, masked = CameraMotion(method), CameraMotion(method)
     for frame, box in zip(frames, boxes):
         moved = unmasked.estimate(frame)
         still = masked.estimate(frame, box)
     assert moved[0, 2] > 5
     assert abs(still[0, 2]) < 1 and abs(still[1, 2]) < 1
+
+
+def test_optical_flow_needs_corners_in_the_previous_frame_only(texture, monkeypatch):
+    """Lucas-Kanade follows the previous frame's corners: a frame where no corner of its own is found still gets
+    its estimate (once it gave none), and the frame after it none (nothing to follow)."""
+    motion = CameraMotion("sparseOptFlow")
+    motion.estimate(texture[20:260, 40:360])
+    assert 5 <= len(motion.previous[1]) <= 400  # at most BoT-SORT's count (Ultralytics')
+    monkeypatch.setattr(cv2, "goodFeaturesToTrack", lambda *a, **k: None)
+    affine = motion.estimate(texture[26:266, 52:372])
+    assert np.allclose(affine[:, 2], [-12, -6], atol=1.0)
+    assert np.allclose(motion.estimate(texture[20:260, 40:360]), np.eye(2, 3))

@@ -58,6 +58,7 @@ def test_warp_moves_position_and_rotates_velocity():
     quarter = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0]])  # 90 degrees
     turned, _ = kalman.warp(mean, cov, quarter)
     assert np.allclose(turned[0, :2], [-20, 10]) and np.allclose(turned[0, 4:6], [0, 1])
+    assert np.allclose(turned[0, 2:4], [6, 4])  # the turned box's enclosing size: never negative
 
 
 def test_aspect_state_follows_a_box_and_keeps_its_aspect_nearly_fixed():

@@ -132,3 +132,20 @@ def test_boxes_without_width_or_height_are_left_out(tracker):
     for _ in range(3):
         out = tracker.update(np.concatenate([flat, [_det(100, 100)]]))
     assert len(out) == 1 and out[0, 7] == 2 and np.all(np.isfinite(out))
+
+
+def test_a_lost_track_can_be_found_in_the_frame_after_it_expires():
+    """ByteTrack's reference bookkeeping: lost for more than track_buffer frames, a track may still be found in the
+    next frame (with its identity), and if it is, it goes at once when lost again."""
+    tracker = ByteTracker(dataclasses.replace(TrackerConfig(), tracker_type="bytetrack", track_buffer=5))
+    seen = np.array([_det(50, 50)], np.float64)
+    for _ in range(2):
+        assert _ids(tracker.update(seen)).keys() == {1}  # frames 1-2
+    for _ in range(6):  # frames 3-8: unseen; at frame 8 it has been lost 6 > 5 frames
+        assert len(tracker.update(np.zeros((0, 6)))) == 0
+    assert [t.track_id for t in tracker.lost] == [1] and tracker.lost[0].expired
+    assert _ids(tracker.update(seen)).keys() == {1}  # frame 9: found again, same identity
+    tracker.update(np.zeros((0, 6)))  # frame 10: lost again, and gone at once
+    assert tracker.lost == []
+    assert _ids(tracker.update(seen)).keys() == set()  # frame 11: a new, unconfirmed track
+    assert _ids(tracker.update(seen)).keys() == {2}

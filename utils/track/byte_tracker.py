@@ -96,14 +96,14 @@ class ByteTracker:
         return matched
 
     def _bookkeep(self, previous: list[Track], found: list[Track]) -> None:
-        """The new tracked and lost lists: lost tracks past the buffer are dropped, and a lost track that overlaps a
-        tracked one almost exactly is a duplicate (the shorter-followed of the two goes)."""
+        """The new tracked and lost lists. A lost track unseen for more than max_time_lost frames expires: it may still
+        be found in the next frame, then it goes (and a track found in that frame goes at once when lost again), as
+        in ByteTrack's reference code. A lost track that overlaps a tracked one almost exactly is a duplicate (the
+        one followed for fewer frames goes)."""
         tracked = [t for t in found if t.state == TrackState.TRACKED]
-        lost = [
-            t
-            for t in previous
-            if t.state == TrackState.LOST and self.frame_id - t.frame_id <= self.max_time_lost and t.is_activated
-        ]
+        lost = [t for t in previous if t.state == TrackState.LOST and t.is_activated and not t.expired]
+        for t in lost:
+            t.expired = t.expired or self.frame_id - t.frame_id > self.max_time_lost
         self.tracked, self.lost = _drop_duplicates(tracked, lost)
 
     def _output(self) -> np.ndarray:

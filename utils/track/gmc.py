@@ -1,10 +1,11 @@
 """Camera-motion estimate between consecutive frames (BoT-SORT's global motion compensation), through OpenCV.
 
 Each method returns the 2x3 affine that maps the previous frame's pixels onto the current one's, found on a
-downscaled grey image (2x, as BoT-SORT does) and scaled back: sparseOptFlow tracks corners with pyramidal
-Lucas-Kanade, orb and sift match keypoints, ecc aligns the images by enhanced correlation; the point methods fit a
-partial affine (rotation, uniform scale, shift) robustly with RANSAC. When an estimate fails (too few points, a blank
-frame) the motion is taken as none.
+downscaled grey image (2x, as BoT-SORT does) and scaled back: sparseOptFlow tracks the previous frame's corners (up
+to 400, Ultralytics' count) into this one with pyramidal Lucas-Kanade, orb and sift match keypoints outside the
+detections, ecc aligns the images by enhanced correlation; the point methods fit a partial affine (rotation, uniform
+scale, shift) robustly with RANSAC. When an estimate fails (fewer than 5 point pairs, a blank frame) the motion is
+taken as none.
 """
 
 import cv2
@@ -12,6 +13,8 @@ import numpy as np
 
 IDENTITY = np.eye(2, 3)
 DOWNSCALE = 2
+FLOW_CORNERS = 400  # corners followed by sparseOptFlow: far more than a 4-parameter motion needs
+MIN_POINT_PAIRS = 5  # fewer pairs than this: no estimate (as BoT-SORT)
 
 
 class CameraMotion:
@@ -30,8 +33,8 @@ class CameraMotion:
 
     def estimate(self, frame: np.ndarray | None, boxes: np.ndarray | None = None) -> np.ndarray:
         """The affine from the previous frame to this one. boxes (n, >=4 x1, y1, x2, y2), the frame's detections,
-        are left out of the point methods' search: points on moving objects would be taken for the camera's motion
-        (shapes' corners are the strongest features of a plain background)."""
+        are left out of orb's and sift's keypoint search (points on moving objects would be taken for the camera's
+        motion); sparseOptFlow uses every corner, as BoT-SORT does."""
         if self.method == "none" or frame is None:
             return IDENTITY.copy()
         grey = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY) if frame.ndim == 3 else frame
@@ -40,16 +43,16 @@ class CameraMotion:
         if self.method == "ecc":
             affine = self._ecc(grey)
         elif self.method == "sparseOptFlow":
-            affine = self._optical_flow(grey, _background_mask(grey.shape, boxes))
+            affine = self._optical_flow(grey)
         else:
             affine = self._features(grey, _background_mask(grey.shape, boxes))
         affine[:, 2] *= DOWNSCALE  # the shift back in full-size pixels
         return affine
 
-    def _optical_flow(self, grey: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-        corners = cv2.goodFeaturesToTrack(grey, 1000, 0.01, 1, mask=mask, blockSize=3)
+    def _optical_flow(self, grey: np.ndarray) -> np.ndarray:
+        corners = cv2.goodFeaturesToTrack(grey, FLOW_CORNERS, 0.01, 0, blockSize=3)
         previous, self.previous = self.previous, (grey, corners)
-        if previous is None or previous[1] is None or corners is None:
+        if previous is None or previous[1] is None:  # the previous frame's corners are followed, not this one's
             return IDENTITY.copy()
         moved, status, _ = cv2.calcOpticalFlowPyrLK(previous[0], grey, previous[1], None)
         ok = status.ravel() == 1
@@ -92,8 +95,8 @@ def _background_mask(shape: tuple[int, int], boxes: np.ndarray | None) -> np.nda
 
 
 def _fit(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """The partial affine from points src to dst (RANSAC), or the identity with fewer than 4 pairs or no fit."""
-    if len(src) < 4:
+    """The partial affine from points src to dst (RANSAC), or the identity with too few pairs or no fit."""
+    if len(src) < MIN_POINT_PAIRS:
         return IDENTITY.copy()
     affine, _ = cv2.estimateAffinePartial2D(src.reshape(-1, 2), dst.reshape(-1, 2), method=cv2.RANSAC)
     return IDENTITY.copy() if affine is None else affine.astype(np.float64)

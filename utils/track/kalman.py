@@ -82,10 +82,12 @@ def update(
 
 def warp(mean: np.ndarray, covariance: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Move n (cx, cy, w, h) tracks by a 2x3 camera-motion affine (BoT-SORT's compensation): its 2x2 part acts on
-    every (x, y) pair of the state (position, size, and their velocities), its translation on the position."""
+    the position and its velocity, its absolute values on the size and its velocity (the box enclosing the turned
+    box: a size never changes sign), its translation on the position."""
     if not len(mean):
         return mean, covariance
     linear = np.kron(np.eye(4), affine[:, :2])  # (8, 8)
+    linear[2:4, 2:4] = linear[6:8, 6:8] = np.abs(affine[:, :2])
     new_mean = mean @ linear.T
     new_mean[:, :2] += affine[:, 2]
     return new_mean, linear @ covariance @ linear.T

@@ -45,6 +45,7 @@ class Track:
         self.track_id = 0
         self.state = TrackState.NEW
         self.is_activated = False
+        self.expired = False  # lost past the tracker's buffer (ByteTracker._bookkeep)
         self.start_frame = self.frame_id = 0
 
     def activate(self, track_id: int, frame_id: int, confirmed: bool) -> None:
