@@ -19,6 +19,7 @@ from PIL import Image, ImageOps
 from test_datasets import grey, make_dataset
 
 from utils.data import config
+from utils.data.cache import undone_on_failure
 from utils.data.config import load_data_config
 from utils.data.dataset import LoadImagesAndLabels
 from utils.data.hyp import load_hyp
@@ -378,6 +379,24 @@ def test_disk_cache_never_uses_or_writes_over_a_user_file(tmp_path, cache_dir):
     assert ds.cache_mode == "disk" and tree_hashes(images) == before
     assert all(str(cache_dir) in f for f in ds.npy_files)
     np.testing.assert_array_equal(ds.load_image(0)[0], grey())  # the image's pixels, not the user's a.npy
+
+
+def test_caches_made_in_a_failed_block_are_removed_and_older_ones_kept(tmp_path, cache_dir):
+    """undone_on_failure (train.py's set-up runs in it): the label cache and --cache disk folder a failing block
+    made are removed; the same caches, made by a block that succeeded, survive a later failure."""
+    images = make_dataset(tmp_path, {"a.png": grey()}, {"a": LABEL})
+    with pytest.raises(RuntimeError), undone_on_failure():
+        LoadImagesAndLabels(images, img_size=64, cache="disk")
+        assert len(list(cache_dir.iterdir())) == 2  # the .yolo-labels.npz and the .yolo-images folder
+        raise RuntimeError("the val split failed")
+    assert list(cache_dir.iterdir()) == []
+    with undone_on_failure():
+        LoadImagesAndLabels(images, img_size=64, cache="disk")
+    kept = tree_hashes(cache_dir)
+    with pytest.raises(RuntimeError), undone_on_failure():
+        LoadImagesAndLabels(images, img_size=64, cache="disk")
+        raise RuntimeError("the val split failed")
+    assert tree_hashes(cache_dir) == kept and len(kept) == 3
 
 
 def test_damaged_disk_cache_file_is_not_used(tmp_path, cache_dir):

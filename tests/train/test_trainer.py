@@ -2,6 +2,8 @@
 
 import csv
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -143,3 +145,24 @@ def test_an_earlier_best_pt_is_validated_at_the_end(shapes_yaml, tmp_path, monke
     assert _train("--data", shapes_yaml, *FAST, "--epochs", 2, "--project", tmp_path, callbacks=[counter]) == 0
     assert counter.calls == [(False, False), (False, True), (False, True)]  # best.pt scored again at the end
     assert f"Validating {tmp_path / 'exp' / 'weights' / 'best.pt'}" in log.text
+
+
+def test_a_run_that_fails_before_training_leaves_no_cache(shapes_yaml, tmp_path, cache_dir, log):
+    """The train split is read (and its label cache written) before the val split, which here holds no image: the
+    run stops with one line, and the train split's new cache goes with it; a cache that was there before stays."""
+    root = tmp_path / "data"
+    shutil.copytree(Path(shapes_yaml).parent / "shapes", root)
+    (root / "images" / "empty").mkdir()
+    data = tmp_path / "broken.yaml"
+    data.write_text(f"path: {root}\ntrain: images/train\nval: images/empty\nnames: [circle, square, triangle]\n")
+    args = ("--data", data, *FAST, "--epochs", 1, "--project", tmp_path / "runs")
+    assert _train(*args) != 0
+    assert "images/empty" in log.text and "New cache created" in log.text  # made, then removed
+    assert list(cache_dir.iterdir()) == [] and not (tmp_path / "runs").exists()
+    good = tmp_path / "good.yaml"  # the train split cached by a run that went well ...
+    good.write_text(data.read_text().replace("images/empty", "images/val"))
+    assert _train("--data", good, *FAST, "--epochs", 1, "--project", tmp_path / "runs") == 0
+    kept = sorted(cache_dir.iterdir())
+    assert len(kept) == 2
+    assert _train(*args) != 0  # ... stays when a later run fails
+    assert sorted(cache_dir.iterdir()) == kept

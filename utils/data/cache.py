@@ -7,8 +7,10 @@ import hashlib
 import math
 import os
 import secrets
+import shutil
 import stat
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,26 @@ import numpy as np
 from utils.log import LOGGER, one_line
 
 CACHE_VERSION = 1
+_created: list[Path] = []  # label caches and image-cache folders this process made, newest last (undone_on_failure)
+
+
+@contextlib.contextmanager
+def undone_on_failure() -> Iterator[None]:
+    """The caches a block creates are removed again when it fails: a training run that stops before it trains
+    leaves none behind (a cache that existed before, even one the block rewrote, is kept)."""
+    start = len(_created)
+    try:
+        yield
+    except BaseException:
+        for path in reversed(_created[start:]):
+            with contextlib.suppress(OSError):
+                if path.is_dir() and (path / IMAGE_CACHE_MARKER).is_file():
+                    shutil.rmtree(path)
+                elif path.is_file() and _cache_members(path) is not None:
+                    path.unlink()
+        raise
+    finally:
+        del _created[start:]
 
 
 def _files_hash(files: list[str], nc: int, recipe: str = "") -> str:
@@ -146,6 +168,7 @@ def _save_cache(path: Path, cache: dict) -> bool:
     if not path.parent.is_dir() and path.parent != _fallback_cache_dir():
         return False
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    new = not os.path.lexists(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "xb") as f:  # x: a new file of ours, never one that exists
@@ -153,6 +176,8 @@ def _save_cache(path: Path, cache: dict) -> bool:
         if os.path.lexists(path) and _cache_members(path) is None:  # appeared while we wrote
             raise FileExistsError
         os.replace(tmp, path)
+        if new:
+            _created.append(path)
         return True
     except OSError:  # read-only filesystem, disk full
         try:
@@ -181,6 +206,7 @@ def _own_cache_folder(folder: Path) -> bool:
     try:
         folder.mkdir(parents=True)
         (folder / IMAGE_CACHE_MARKER).write_text("decoded images of --cache disk, written by yolo; safe to delete\n")
+        _created.append(folder)
     except FileExistsError:
         pass
     except OSError:

@@ -21,6 +21,7 @@ from torch.optim import lr_scheduler
 from models.nn.family import Family
 from models.weights.checkpoint import checkpoint_dict, fp16_state_dict, load_model
 from utils.data.augment import check_img_size, letterbox
+from utils.data.cache import undone_on_failure
 from utils.data.dataset import LoadImagesAndLabels
 from utils.eval.validate import ValidationOptions, ValidationResult, evaluate
 from utils.log import LOGGER
@@ -171,7 +172,12 @@ class Trainer:
         return result
 
     def setup(self) -> None:
-        """Data, model, loaders, optimizer, run folder, resume state, DDP, precision and loss; then on_train_start."""
+        """Data, model, loaders, optimizer, run folder, resume state, DDP, precision and loss; then on_train_start.
+        A failure on the way removes the label and image caches it had created (the run folder is made last)."""
+        with undone_on_failure():
+            self._setup()
+
+    def _setup(self) -> None:
         if self.main_process:
             LOGGER.info("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in self.hyp.items()))
         init_seeds((self.seed + 1 + RANK) % 2**32)
