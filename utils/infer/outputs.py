@@ -45,10 +45,12 @@ class OutputOptions:
 
 
 def mot_rows(frame: int, boxes: np.ndarray, ids: np.ndarray) -> str:
-    """MOTChallenge rows `frame,id,x,y,w,h,conf,-1,-1,-1` (pixels, top-left corner) of tracked (n, 6) xyxy boxes."""
+    """MOTChallenge rows `frame,id,x,y,w,h,conf,-1,-1,-1` (pixels, top-left corner) of tracked (n, 6) xyxy boxes.
+    Widths and heights are taken in the boxes' own precision (float32 from a tracker), as Ultralytics writes them."""
+    wh = boxes[:, 2:4] - boxes[:, :2]
     return "".join(
-        f"{frame},{int(i)},{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f},{conf:.4f},-1,-1,-1\n"
-        for (x1, y1, x2, y2, conf, _), i in zip(boxes.tolist(), ids.tolist())
+        f"{frame},{int(i)},{x1:.2f},{y1:.2f},{w:.2f},{h:.2f},{conf:.4f},-1,-1,-1\n"
+        for (x1, y1, _, _, conf, _), (w, h), i in zip(boxes.tolist(), wh.tolist(), ids.tolist())
     )
 
 

@@ -15,12 +15,17 @@ class TrackState(Enum):
 
 
 def xyxy_to_state(boxes: np.ndarray, aspect: bool) -> np.ndarray:
-    """(n, 4) x1, y1, x2, y2 boxes as the Kalman filter measures them: cx, cy, w, h, or cx, cy, w / h, h."""
-    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-    state = np.concatenate([(boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]], axis=1)
+    """(n, 4) x1, y1, x2, y2 boxes as the Kalman filter measures them: cx, cy, w, h, or cx, cy, w / h, h.
+
+    Worked out in float32 from the detector's float32 boxes, through the left-top corner and back, as the reference
+    trackers (ByteTrack's, Ultralytics') do: on the same detections both then give the same tracks to the last bit."""
+    b = np.asarray(boxes, np.float32).reshape(-1, 4)
+    centre, size = (b[:, :2] + b[:, 2:]) / np.float32(2), b[:, 2:] - b[:, :2]
+    top_left = (centre.astype(np.float64) - size.astype(np.float64) / 2).astype(np.float32)
+    state = np.concatenate([top_left + size / np.float32(2), size], axis=1)
     if aspect:
         state[:, 2] /= state[:, 3]
-    return state
+    return state.astype(np.float64)
 
 
 def state_to_xyxy(means: np.ndarray, aspect: bool) -> np.ndarray:
@@ -28,7 +33,8 @@ def state_to_xyxy(means: np.ndarray, aspect: bool) -> np.ndarray:
     c = np.array(means[:, :4], np.float64)
     if aspect:
         c[:, 2] *= c[:, 3]
-    return np.concatenate([c[:, :2] - c[:, 2:] / 2, c[:, :2] + c[:, 2:] / 2], axis=1)
+    top_left = c[:, :2] - c[:, 2:] / 2
+    return np.concatenate([top_left, top_left + c[:, 2:]], axis=1)  # the reference trackers' order of operations
 
 
 class Track:
