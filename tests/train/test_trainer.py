@@ -166,3 +166,22 @@ def test_a_run_that_fails_before_training_leaves_no_cache(shapes_yaml, tmp_path,
     assert len(kept) == 2
     assert _train(*args) != 0  # ... stays when a later run fails
     assert sorted(cache_dir.iterdir()) == kept
+
+
+def test_val_loader_workers_start_before_training_and_serve_every_image_once(shapes_yaml):
+    """build_val_loader starts its persistent workers at once (forked before training grows the process: see its
+    docstring); the first validation pass still sees each val image exactly once, in order, and so does the next."""
+    import yaml
+
+    from utils.data.hyp import load_hyp
+    from utils.train.config import TrainConfig
+    from utils.train.setup import build_val_loader
+
+    data = yaml.safe_load(open(shapes_yaml))
+    val = str(Path(data["path"]) / data["val"])
+    names = data["names"]
+    loader = build_val_loader(TrainConfig(workers=1), val, 64, 3, 32, load_hyp("hyp.scratch.yaml"), len(names))
+    assert loader.num_workers == 2 and loader._iterator is not None  # started, before any pass
+    for _ in range(2):
+        paths = [p for _, _, batch_paths, _ in loader for p in batch_paths]
+        assert paths == list(loader.dataset.im_files) and len(paths) == 8

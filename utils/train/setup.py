@@ -331,8 +331,11 @@ def build_train_loader(
 def build_val_loader(
     config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int
 ) -> DataLoader:
-    """The main process's validation loader: rectangular batches with half a stride of padding, as test.py's."""
-    return create_dataloader(
+    """The main process's validation loader: rectangular batches with half a stride of padding, as test.py's. Its
+    workers start now, before training: forked later from a process whose memory training has grown, they would share
+    every page of it copy-on-write, and each page the next forward pass writes would first be copied (on a CPU that
+    made validation 2.5x slower: 37-41 ms per image against 14.5 at 320 with yolo11n)."""
+    loader = create_dataloader(
         path,
         imgsz,
         batch_size,
@@ -347,6 +350,9 @@ def build_val_loader(
         prefix="val: ",
         nc=nc,
     )[0]
+    if loader.persistent_workers:
+        iter(loader)  # persistent workers: validation's first iteration resumes these
+    return loader
 
 
 def restarted_loader(loader: DataLoader) -> DataLoader:
