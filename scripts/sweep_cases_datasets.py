@@ -128,6 +128,11 @@ def dataset_cases(sweep: Sweep) -> list[Case]:
     huge = _sparse_json(sweep.work.parent / "sparse", 5)
     yamls["huge"] = _data_yaml(root, "coco_huge", str(huge), images="images", names="[person]")
     voc = _voc_root(tmp, gt)
+    (root / "annotations" / "train_only.json").write_text(json.dumps(gt))  # cached by the case below, then removed
+    bad_val = root.parent / "coco_bad_val.yaml"
+    bad_val.write_text(f"path: {root}\ntrain: annotations/train_only.json\nval: no_images\nimages: images\n")
+    (root / "no_images").mkdir(exist_ok=True)  # a val folder without an image: it fails after train is cached
+    left_no_cache = _no_file(root / "annotations" / "train_only.yolo-labels.npz")
     out = tmp / "runs_datasets"
     skipped = _says("WARNING", "skipped")
     train = ["--img", "64", "--epochs", "1", "--batch-size", "4", "--workers", "0", "--project", str(out)]
@@ -172,6 +177,12 @@ def dataset_cases(sweep: Sweep) -> list[Case]:
             ["train.py", "--data", yamls["no_boxes"], *train, "--name", "empty"],
             "error",
             _no_file(root / "annotations" / "no_boxes.yolo-labels.npz"),
+        ),
+        Case(
+            "dataset train whose val folder holds no image, after the train split was cached (no cache left)",
+            ["train.py", "--data", str(bad_val), *train, "--name", "bad_val"],
+            "error",
+            lambda out: _says("no_images")(out) or left_no_cache(out),
         ),
     ]
     return cases
