@@ -9,6 +9,9 @@ what was printed, a bidirectional override reverses a line. Such names are refus
 
 import unicodedata
 
+MAX_NAME_CHARS = 256  # one class name (a label such as 'person')
+_MAX_NAME_BITS = 860  # whole numbers of more bits have over 256 digits: refused before str(), which refuses huge ones
+
 # Format characters that reorder or hide text on a terminal: the bidirectional embeddings, overrides and isolates.
 _BIDI_CONTROLS = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
 # Unicode categories that are never shown as a glyph: controls (C0, DEL, C1), line and paragraph separators.
@@ -51,3 +54,18 @@ def names_problem(names: list[str]) -> str | None:
                 "names, so they must be plain text"
             )
     return None
+
+
+def class_names(names: list) -> tuple[list[str], str | None]:
+    """Class names as strings, with None, or with why they cannot be used: each must be a string or a whole number
+    (YOLOv5 allows both) of at most MAX_NAME_CHARS characters (a nested list would print as an ever larger string),
+    and plain text (names_problem). The caller raises its own error with the reason."""
+    for i, name in enumerate(names):
+        if isinstance(name, bool) or not isinstance(name, (str, int)):
+            return [], f"class name {i} is a {type(name).__name__}, not a string"
+        if isinstance(name, int) and name.bit_length() > _MAX_NAME_BITS:
+            return [], f"class name {i} is a number of over {MAX_NAME_CHARS} digits"
+        if len(str(name)) > MAX_NAME_CHARS:
+            return [], f"class name {i} is {len(str(name))} characters long (at most {MAX_NAME_CHARS})"
+    text = [str(n) for n in names]
+    return text, names_problem(text)

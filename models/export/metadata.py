@@ -16,13 +16,12 @@ from xml.etree import ElementTree
 from models.export.formats import format_of
 from utils.errors import BackendError
 from utils.safe_yaml import read_yaml
-from utils.text import names_problem
+from utils.text import class_names
 
 # Bounds on what an export's metadata may hold, checked before it is decoded; real values are far below them.
 MAX_METADATA_BYTES = 4 << 20  # all metadata of one export; 1203 LVIS names take ~20 KB of JSON
 MAX_METADATA_KEYS = 64  # ours has 8 keys
 MAX_CLASSES = 100_000  # as utils.data.config allows
-MAX_NAME_CHARS = 256
 STRIDES = {2, 4, 8, 16, 32, 64, 128}  # YOLOv5 uses 8-32 (P5) and 8-64 (P6)
 MAX_IMGSZ, MAX_BATCH = 8192, 1024  # the largest export.py writes
 MAX_TORCHSCRIPT_CODE = 64 << 20  # inflated size of a TorchScript's compressed members (code); yolov5x's is ~2 MB
@@ -71,10 +70,7 @@ def _names(names, path) -> list[str]:
         names = [keyed[i] for i in range(len(keyed))]
     if not isinstance(names, list) or not 1 <= len(names) <= MAX_CLASSES:
         raise BackendError(f"{path}: metadata names must be a list of 1 to {MAX_CLASSES} class names")
-    if not all(isinstance(n, (str, int)) and not isinstance(n, bool) and len(str(n)) <= MAX_NAME_CHARS for n in names):
-        raise BackendError(f"{path}: metadata names must be short strings (at most {MAX_NAME_CHARS} characters each)")
-    names = [str(n) for n in names]
-    problem = names_problem(names)  # a newline or an escape code would forge log lines and crops/ folder names
+    names, problem = class_names(names)  # a newline or an escape code would forge log lines and crops/ folder names
     if problem:
         raise BackendError(f"{path}: its metadata's {problem}; refusing it")
     return names

@@ -27,11 +27,9 @@ from models.weights.tensor_checks import check_file_tensors, check_probe_outputs
 from utils.downloads import attempt_download_weights
 from utils.errors import CheckpointError, ModelConfigError, YoloError
 from utils.log import one_line
-from utils.text import names_problem
+from utils.text import class_names
 
 FORMAT = "yolo-checkpoint-v1"
-
-MAX_NAME_CHARS = 256  # one class name (a label such as 'person')
 
 
 def _entries(record: Record, key: str, where: str) -> dict:
@@ -66,7 +64,7 @@ def _names_list(names, nc: int, where: str) -> list[str]:
     """The class names as a list of nc short strings (YOLOv5 v7.0 stores a {index: name} dict), or CheckpointError.
 
     The count is checked before anything is built from the names, and each must be a string (or a whole number)
-    of at most MAX_NAME_CHARS: a nested list would print as an ever larger string."""
+    of at most utils.text.MAX_NAME_CHARS: a nested list would print as an ever larger string."""
     if names is None:
         raise CheckpointError(f"{where} has no class names ('names')")
     if not isinstance(names, (dict, list, tuple)):
@@ -77,14 +75,7 @@ def _names_list(names, nc: int, where: str) -> list[str]:
         if set(names) != set(range(nc)):
             raise CheckpointError(f"{where}: its class names are a dict whose keys are not 0..{nc - 1}")
         names = [names[k] for k in range(nc)]
-    for i, name in enumerate(names):
-        whole = isinstance(name, int) and not isinstance(name, bool)
-        if not whole and not isinstance(name, str):
-            raise CheckpointError(f"{where}: class name {i} is a {type(name).__name__}, not a string")
-        if isinstance(name, str) and len(name) > MAX_NAME_CHARS:
-            raise CheckpointError(f"{where}: class name {i} is {len(name)} characters long (at most {MAX_NAME_CHARS})")
-    names = [str(n) for n in names]
-    problem = names_problem(names)  # a newline or an escape code would forge log lines and crops/ folder names
+    names, problem = class_names(names)  # a newline or an escape code would forge log lines and crops/ folder names
     if problem:
         raise CheckpointError(f"{where}: {problem}; refusing it")
     return names

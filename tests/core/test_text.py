@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from utils.log import PlainTextFormatter
-from utils.text import control_problem, escape_controls, names_problem
+from utils.text import class_names, control_problem, escape_controls, names_problem
 
 HOSTILE = {
     "newline forging a line": ("person\nERROR: forged line", "\\x0a"),
@@ -53,3 +53,15 @@ def test_logger_shows_control_characters_escaped_but_keeps_line_breaks():
     finally:
         logger.removeHandler(handler)
     assert stream.getvalue() == "1 bicycle\\x1b[2J\\x1b[H, 2 cars\\x0dX\nnext line\tend\n"
+
+
+def test_class_names_are_short_plain_strings_or_whole_numbers():
+    """The one check both checkpoints and export metadata run on their class names."""
+    assert class_names(["person", 7, "dog"]) == (["person", "7", "dog"], None)
+    assert class_names([["cat"], "dog"])[1] == "class name 0 is a list, not a string"
+    assert class_names(["cat", True])[1] == "class name 1 is a bool, not a string"
+    assert class_names(["c" * 257])[1] == "class name 0 is 257 characters long (at most 256)"
+    assert class_names(["c" * 256])[1] is None
+    assert class_names([10**300])[1] == "class name 0 is a number of over 256 digits"  # str() would refuse it
+    names, problem = class_names(["ok", "bad\nERROR: forged"])
+    assert names == ["ok", "bad\nERROR: forged"] and "class name 1 'bad\\x0aERROR: forged'" in problem
