@@ -77,11 +77,12 @@ def build_model(
 
 
 def head_transferred(model: Model, transferred: dict) -> bool:
-    """Whether the detection head's output layers came from the weights together with the anchors they were trained
-    against (the same class count, and no --cfg or anchor count of the user's own)."""
+    """Whether an anchor-based head's output layers (YOLOv5's Detect.m) came from the weights together with the
+    anchors they were trained against: the same class count, and no --cfg or anchor count of the user's own. Then
+    AutoAnchor keeps those anchors. Anchor-free heads have none: always False."""
     head = f"model.{len(model.model) - 1}."
     names = [k for k in transferred if k.startswith(head)]
-    return any(".m." in k for k in names) and (not model.family.anchors or any("anchor" in k for k in names))
+    return any(".m." in k for k in names) and any(k == f"{head}anchors" for k in names)
 
 
 def load_resume_state(module: nn.Module, state: dict, what: str) -> None:
