@@ -132,18 +132,21 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     return opt
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run detection from the command line; 0 when at least one image or frame was processed."""
+def main(argv: list[str] | None = None, fit_threads: bool = False) -> int:
+    """Run detection from the command line; 0 when at least one image or frame was processed. fit_threads: fit
+    torch's threads to the idle cores once the flags are known good (the command line; the Python API leaves torch's
+    threads to its caller)."""
     opt = parse_opt(argv)
-    return run_cli(lambda: _command(opt))
+    return run_cli(lambda: _command(opt, fit_threads))
 
 
-def _command(opt: argparse.Namespace) -> None:
+def _command(opt: argparse.Namespace, fit_threads: bool) -> None:
     """Run detection; an error when no image or frame could be read."""
+    if fit_threads:
+        fit_threads_to_idle_cores()
     if not run(**vars(opt)).frames:
         raise DetectError(f"no image or frame of {opt.source} could be read")
 
 
 if __name__ == "__main__":
-    fit_threads_to_idle_cores()  # a command line only: the Python API leaves torch's threads to its caller
-    sys.exit(main())
+    sys.exit(main(fit_threads=True))
