@@ -1,8 +1,7 @@
 """Run a detector (YOLOv5, YOLOv8, YOLO11 or YOLO26 weights, or their exports) on images, folders, globs, .txt lists,
 videos, webcams and streams.
 
-Usage (the flags of YOLOv5's detect.py; --img and the thresholds default to the model's training size and its
-family's thresholds):
+Usage (YOLOv5's detect.py flags; --img and the thresholds default to the model's training size and family's):
     python detect.py --weights yolov5s.pt --source path/to/images          # folder, image, video, glob, list.txt
     python detect.py --weights yolov5n.pt --source 0                       # webcam
     python detect.py --weights yolov5n.pt --source rtsp://host/stream --view-img
@@ -125,17 +124,15 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     for flag, text in SWITCHES.items():
         add(flag, action="store_true", help=text)
     opt = parser.parse_args(argv)
-    if opt.imgsz is not None and len(opt.imgsz) > 2:
-        parser.error(f"--img-size takes one or two values, got {len(opt.imgsz)}")
     if opt.imgsz is not None:
+        if len(opt.imgsz) > 2:
+            parser.error(f"--img-size takes one or two values, got {len(opt.imgsz)}")
         opt.imgsz = opt.imgsz * 2 if len(opt.imgsz) == 1 else opt.imgsz
     return opt
 
 
 def main(argv: list[str] | None = None, fit_threads: bool = False) -> int:
-    """Run detection from the command line; 0 when at least one image or frame was processed. fit_threads: fit
-    torch's threads to the idle cores once the flags are known good (the command line; the Python API leaves torch's
-    threads to its caller)."""
+    """The command line: 0 when an image or frame was processed; fit_threads fits torch's threads to idle cores."""
     opt = parse_opt(argv)
     return run_cli(lambda: _command(opt, fit_threads))
 

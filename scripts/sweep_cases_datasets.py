@@ -117,6 +117,22 @@ def _convert(yaml_file: str, out: Path) -> list[str]:
     return ["convert_dataset.py", "--data", yaml_file, "--out", str(out)]
 
 
+def _val_without_images(root: Path, gt: dict, train: list[str]) -> Case:
+    """Training on a data YAML whose train split (a copy of the JSON) is cached before its val folder, which holds no
+    image, fails: the run must remove that new cache (it fails on the code before the clean-up)."""
+    (root / "annotations" / "train_only.json").write_text(json.dumps(gt))
+    (root / "no_images").mkdir(exist_ok=True)
+    data = root.parent / "coco_bad_val.yaml"
+    data.write_text(f"path: {root}\ntrain: annotations/train_only.json\nval: no_images\nimages: images\n")
+    left_no_cache = _no_file(root / "annotations" / "train_only.yolo-labels.npz")
+    return Case(
+        "dataset train whose val folder holds no image, after the train split was cached (no cache left)",
+        ["train.py", "--data", str(data), *train, "--name", "bad_val"],
+        "error",
+        lambda out: _says("no_images")(out) or left_no_cache(out),
+    )
+
+
 def dataset_cases(sweep: Sweep) -> list[Case]:
     """Every dataset case, building its fixtures (8 COCO128 images as COCO JSON and as VOC) under the sweep."""
     tmp = sweep.work
@@ -128,11 +144,6 @@ def dataset_cases(sweep: Sweep) -> list[Case]:
     huge = _sparse_json(sweep.work.parent / "sparse", 5)
     yamls["huge"] = _data_yaml(root, "coco_huge", str(huge), images="images", names="[person]")
     voc = _voc_root(tmp, gt)
-    (root / "annotations" / "train_only.json").write_text(json.dumps(gt))  # cached by the case below, then removed
-    bad_val = root.parent / "coco_bad_val.yaml"
-    bad_val.write_text(f"path: {root}\ntrain: annotations/train_only.json\nval: no_images\nimages: images\n")
-    (root / "no_images").mkdir(exist_ok=True)  # a val folder without an image: it fails after train is cached
-    left_no_cache = _no_file(root / "annotations" / "train_only.yolo-labels.npz")
     out = tmp / "runs_datasets"
     skipped = _says("WARNING", "skipped")
     train = ["--img", "64", "--epochs", "1", "--batch-size", "4", "--workers", "0", "--project", str(out)]
@@ -178,12 +189,7 @@ def dataset_cases(sweep: Sweep) -> list[Case]:
             "error",
             _no_file(root / "annotations" / "no_boxes.yolo-labels.npz"),
         ),
-        Case(
-            "dataset train whose val folder holds no image, after the train split was cached (no cache left)",
-            ["train.py", "--data", str(bad_val), *train, "--name", "bad_val"],
-            "error",
-            lambda out: _says("no_images")(out) or left_no_cache(out),
-        ),
+        _val_without_images(root, gt, train),
     ]
     return cases
 

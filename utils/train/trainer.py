@@ -147,7 +147,8 @@ class Trainer:
 
     def train(self) -> EpochResult | None:
         """Set up, train every epoch (validating and saving each), finish; the final validation's result."""
-        self.setup()
+        with undone_on_failure():  # a failed start removes the label and image caches it created
+            self.setup()
         t0, epoch, result = time.time(), self.start_epoch, None
         try:
             for epoch in range(self.start_epoch, self.epochs):
@@ -172,12 +173,7 @@ class Trainer:
         return result
 
     def setup(self) -> None:
-        """Data, model, loaders, optimizer, run folder, resume state, DDP, precision and loss; then on_train_start.
-        A failure on the way removes the label and image caches it had created (the run folder is made last)."""
-        with undone_on_failure():
-            self._setup()
-
-    def _setup(self) -> None:
+        """Data, model, loaders, optimizer, run folder, resume state, DDP, precision and loss; then on_train_start."""
         if self.main_process:
             LOGGER.info("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in self.hyp.items()))
         init_seeds((self.seed + 1 + RANK) % 2**32)
@@ -363,9 +359,8 @@ class Trainer:
         """The model (from --cfg, --weights or the resumed run), its frozen layers, the image size its strides allow,
         and the batch size (AutoBatch's, for --batch-size -1 on one device: train.py refuses it under DDP)."""
         config = self.config
-        model, self.trained_head = build_model(
-            config, self.nc, self.hyp, self.device, self.resume_ckpt if self.resuming else None
-        )
+        resume = self.resume_ckpt if self.resuming else None
+        model, self.trained_head = build_model(config, self.nc, self.hyp, self.device, resume)
         model.names = list(self.names)
         self.family = model.family
         check_hyp_fits(self.family, self.hyp, config.hyp_file)
@@ -418,8 +413,7 @@ class Trainer:
 
     def _setup_val_loader(self, model: nn.Module) -> None:
         """The val loader, and AutoAnchor for a new run (before the run folder exists: a bad val set leaves none)."""
-        config = self.config
-        batch = self.train_loader.batch_size * 2
+        config, batch = self.config, self.train_loader.batch_size * 2
         self.val_loader = build_val_loader(config, self.data["val"], self.imgsz, batch, self.grid, self.hyp, self.nc)
         if not self.resuming and not config.noautoanchor and self.family.anchors:  # nothing to fit without anchors
             check_anchors(self.dataset, model, self.hyp["anchor_t"], self.imgsz, self.seed, refit=not self.trained_head)
