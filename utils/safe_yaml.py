@@ -3,7 +3,8 @@ metadata) goes through here.
 
 PyYAML's safe loader runs no code, but it still expands aliases: a 550-byte "billion laughs" file of nested
 aliases builds billions of list entries and takes all memory. Our YAML files never need aliases, so an alias is
-refused outright; the file's size and nesting depth are capped before and while it is parsed.
+refused outright; the file's size and nesting depth are capped before and while it is parsed. Whole numbers are
+bounded as in every file format (utils.safe_numbers: int64, their text's length checked before conversion).
 """
 
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 
 from utils.errors import UnsafeYamlError, YoloError
 from utils.log import one_line
+from utils.safe_numbers import checked_int, out_of_range, short_enough
 
 MAX_YAML_BYTES = 4 << 20  # a data YAML with LVIS' 1203 names is ~40 KB; 4 MiB leaves room for any real file
 MAX_YAML_DEPTH = 64  # our files nest 3 levels deep; a deep [[[[...]]]] would otherwise hit Python's recursion limit
@@ -36,6 +38,20 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_yaml_int(self, node):
+        """A whole number (decimal, 0x, 0o, 0b, 1_000, sexagesimal 1:30) within int64, its text's length checked
+        before it is converted (a 4 MB '1:1:1:...' would take minutes)."""
+        text = self.construct_scalar(node)
+        try:
+            if not short_enough(text):
+                raise out_of_range(text)
+            return checked_int(super().construct_yaml_int(node), text)
+        except ValueError as e:  # NumberRangeError, or int()'s own refusal
+            raise yaml.constructor.ConstructorError(None, None, one_line(e), node.start_mark) from None
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
 
 
 def parse_yaml(text: str, source: str, error: type[YoloError] = UnsafeYamlError):

@@ -7,7 +7,6 @@ checked against the bounds below before it is decoded. Each refusal is one Backe
 
 import ast
 import io
-import json
 import re
 import zipfile
 from pathlib import Path
@@ -15,6 +14,8 @@ from xml.etree import ElementTree
 
 from models.export.formats import format_of
 from utils.errors import BackendError
+from utils.safe_json import JsonError, parse_json
+from utils.safe_numbers import NumberRangeError, check_numbers
 from utils.safe_yaml import read_yaml
 from utils.text import class_names
 
@@ -43,14 +44,16 @@ def _decoded(value, key: str, path):
     if len(value) > MAX_METADATA_BYTES:
         raise BackendError(f"{path}: metadata '{key}' is {len(value)} characters long (at most {MAX_METADATA_BYTES})")
     try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        pass
-    except RecursionError:
-        raise BackendError(f"{path}: metadata '{key}' is nested too deeply") from None
+        return parse_json(value)
+    except NumberRangeError as e:
+        raise BackendError(f"{path}: metadata '{key}': {e}") from None
+    except JsonError:
+        pass  # not JSON: perhaps YOLOv5's dict literal
     if value.lstrip().startswith(("{", "[")):
         try:
-            return ast.literal_eval(value)
+            return check_numbers(ast.literal_eval(value))
+        except NumberRangeError as e:
+            raise BackendError(f"{path}: metadata '{key}': {e}") from None
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             raise BackendError(f"{path}: metadata '{key}' is neither JSON nor a literal list or dict") from None
     return value
@@ -232,8 +235,8 @@ def torchscript_metadata(path: Path) -> dict:
     except OSError as e:
         raise BackendError(f"{path} could not be read: {e.strerror or e}") from None
     try:
-        raw = json.loads(text) if text else {}
-    except (json.JSONDecodeError, RecursionError):
+        raw = parse_json(text) if text else {}
+    except ValueError:  # not JSON, or a number out of range
         raise BackendError(f"{path}: its config.txt is not JSON") from None
     return raw if isinstance(raw, dict) else {}
 
@@ -257,8 +260,8 @@ def read_engine_metadata(path: Path) -> tuple[dict, int]:
             size = int.from_bytes(f.read(4), byteorder="little", signed=True)
             if not 0 < size <= min(MAX_METADATA_BYTES, path.stat().st_size - 4):
                 raise BackendError(f"{path} has no metadata header of ours: export it with export.py --include engine")
-            raw = json.loads(f.read(size).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raw = parse_json(f.read(size).decode("utf-8"))
+    except ValueError:  # not UTF-8, not JSON, or a number out of range
         raise BackendError(f"{path}: its metadata header is not JSON (not an engine of ours?)") from None
     except OSError as e:
         raise BackendError(f"{path} could not be read: {e.strerror or e}") from None

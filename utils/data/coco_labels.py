@@ -4,7 +4,6 @@ training (the evaluation reads them from the same JSON as ann_json); bad entries
 that is not a COCO JSON at all is a one-line DatasetError.
 """
 
-import json
 import math
 import os
 from pathlib import Path
@@ -13,14 +12,22 @@ from utils.data.annotation_rows import SplitAnnotations, as_rows, safe_relative,
 from utils.errors import DatasetError
 from utils.images import read_regular_file
 from utils.log import one_line
+from utils.safe_json import JsonError, parse_json
+from utils.safe_numbers import NumberRangeError
 
 # COCO train2017's instances JSON is 448 MB, LVIS's 1.1 GB; json parsing takes several times a file's size in
 # memory, so a larger file is refused by its size before a byte of it is read.
 MAX_JSON_BYTES = 2 << 30
 
 
-def read_json(path: Path, what: str = "COCO JSON"):
-    """A JSON file's content, bounded by MAX_JSON_BYTES; DatasetError (one line) when it cannot be used."""
+# The keys the training reader uses: everything else (segmentation, area, licenses, info) is dropped while parsing.
+COCO_KEYS = frozenset(
+    ("images", "annotations", "categories", "id", "file_name", "width", "height")
+    + ("image_id", "category_id", "bbox", "iscrowd", "name")
+)
+
+
+def _json_text(path: Path, what: str) -> str:
     try:
         raw = read_regular_file(path, MAX_JSON_BYTES)
     except FileNotFoundError:
@@ -28,18 +35,28 @@ def read_json(path: Path, what: str = "COCO JSON"):
     except (OSError, ValueError) as e:
         raise DatasetError(f"cannot read {what} {path}: {getattr(e, 'strerror', None) or one_line(e)}") from None
     try:
-        return json.loads(raw.decode("utf-8-sig"))  # not json's own guess: bytes of another encoding are refused
+        return raw.decode("utf-8-sig")  # not json's own guess: bytes of another encoding are refused
     except UnicodeDecodeError:
         raise DatasetError(f"{what} {path} is not UTF-8 text") from None
-    except json.JSONDecodeError as e:  # truncated or malformed: where it broke
-        raise DatasetError(f"{what} {path} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    except RecursionError:
-        raise DatasetError(f"{what} {path} is nested too deeply to be a COCO JSON") from None
+
+
+def read_json(path: Path, what: str = "COCO JSON"):
+    """A COCO JSON's content (only COCO_KEYS), bounded by MAX_JSON_BYTES and utils.safe_json's bounds; DatasetError
+    (one line) when it cannot be used. The bytes are freed before parsing: the text is all that is kept."""
+    text = _json_text(path, what)
+    try:
+        return parse_json(text, keep=COCO_KEYS)
+    except JsonError as e:
+        raise DatasetError(f"{what} {path} is {e}") from None
+    except NumberRangeError as e:
+        raise DatasetError(f"{what} {path}: {e}") from None
 
 
 def _checked_top(data, path: Path) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
-        found = f"keys {', '.join(map(str, data))[:100]}" if isinstance(data, dict) else f"a {type(data).__name__}"
+        found = f"a {type(data).__name__}"
+        if isinstance(data, dict):  # only COCO keys are read: another JSON shows none
+            found = f"keys {', '.join(map(str, data))[:100]}" if data else "no COCO key"
         raise DatasetError(f"{path} is not a COCO annotations file (it needs an 'images' list; found {found})")
     if not isinstance(data.get("categories"), list) or not data["categories"]:
         raise DatasetError(f"{path} is not a COCO annotations file: it has no 'categories' list")

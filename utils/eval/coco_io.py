@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from utils.eval.coco_protocol import evaluate_arrays
 from utils.eval.matching import Boxes, box_set, xywh_to_xyxy
 from utils.eval.metrics import DetectionMetrics
 from utils.log import LOGGER
+from utils.safe_json import parse_json
 
 # Class index (0-79) -> official COCO category id (1-90, with gaps): the standard table.
 COCO80_TO_91 = (
@@ -43,9 +43,8 @@ def _read_json(path: str | Path, what: str):
     if not path.is_file():
         raise MetricsError(f"{what} not found: {path}")
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return parse_json(path.read_text())  # numbers and shape bounded (utils.safe_json)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise MetricsError(f"cannot read {what} {path}: {e}") from None
 
 

@@ -1,0 +1,55 @@
+"""JSON text parsed with bounds: every JSON the project reads (COCO annotations and predictions, export metadata)
+goes through parse_json.
+
+Bounds. Whole numbers go through utils.safe_numbers (int64, refused as text before conversion). Memory: parsed
+JSON takes several times its text, and far more for text made of tiny containers: `{},` is 3 bytes of text but a
+72-byte dict and its list slot (a 100 MB file of them took 2.5 GB). So the dicts and lists a text can build are
+counted from its braces and brackets (a fast scan, an upper bound: brackets inside strings count too) before it is
+parsed, and a text whose containers alone would take more than MAX_EXPANSION times its size is refused. A reader
+that needs only some keys (the COCO training reader) names them: every other key is dropped as each object is
+parsed, so the parts it never reads (segmentation polygons, most of a COCO file) are freed at once.
+"""
+
+import json
+
+from utils.safe_numbers import parse_int
+
+MAX_EXPANSION = 8  # containers may take 8x the text (COCO's instances files: about 0.8x)
+_SLACK = 64 << 20  # small files are never refused for their shape
+_DICT_BYTES, _LIST_BYTES = 184 + 8, 56 + 8  # a small dict, an empty list, each with its slot in its parent
+_EMPTY: dict = {}  # every object left without keys is this one dict (readers only look into it)
+
+
+class JsonError(ValueError):
+    """Text that is not JSON, nested too deeply, or shaped to take far more memory than its size; one line that
+    reads after 'the file is': "not valid JSON (...)"."""
+
+
+def container_bytes(text: str) -> int:
+    """An upper bound of the memory the dicts and lists of a JSON text take once parsed (numbers, text aside)."""
+    return text.count("{") * _DICT_BYTES + text.count("[") * _LIST_BYTES
+
+
+def _keeping(keys: frozenset[str]):
+    def hook(pairs: list[tuple[str, object]]) -> dict:
+        kept = {k: v for k, v in pairs if k in keys}
+        return kept if kept else _EMPTY
+
+    return hook
+
+
+def parse_json(text: str, keep: frozenset[str] | None = None):
+    """The data of a JSON text; with keep, objects hold only those keys. JsonError for text that is not JSON or
+    would take too much memory, NumberRangeError for a whole number outside int64 (both ValueErrors, one line)."""
+    needed = container_bytes(text)
+    if needed > MAX_EXPANSION * len(text) + _SLACK:
+        raise JsonError(
+            f"made of {text.count('{')} objects and {text.count('[')} lists, which would take about {needed >> 20} "
+            f"MiB, more than {MAX_EXPANSION}x its {len(text)} characters: not parsed"
+        )
+    try:
+        return json.loads(text, parse_int=parse_int, object_pairs_hook=_keeping(keep) if keep else None)
+    except json.JSONDecodeError as e:  # truncated or malformed: where it broke
+        raise JsonError(f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise JsonError("nested too deeply to read") from None
