@@ -19,6 +19,7 @@ class SplitAnnotations:
     sources: list[str]  # the annotation files read: fingerprinted with the images for the label cache
     counts: Counter = field(default_factory=Counter)  # what was left out or changed, by reason
     examples: dict[str, str] = field(default_factory=dict)  # reason -> its first case, for the warning
+    sizes: list[tuple[float, float]] = field(default_factory=list)  # per image: the (w, h) its annotation gives
 
     @property
     def boxes(self) -> int:
@@ -26,14 +27,27 @@ class SplitAnnotations:
 
 
 def safe_relative(name: str) -> str | None:
-    """An annotation's image name as a relative path inside its images folder, or None when it would leave it
-    (absolute, '..') or is not a usable name. Lexical: the folder itself may be a link."""
+    """A name from a dataset (an image's file_name, a VOC id) as a relative path, or None when it is absolute,
+    climbs ('..'), in either separator, or is not a usable name. Lexical only: see path_inside."""
     if not isinstance(name, str) or not name or "\0" in name:
         return None
     parts = Path(name.replace("\\", "/")).parts
     if not parts or Path(name).is_absolute() or name.startswith("/") or ".." in parts:
         return None
     return os.path.join(*parts)
+
+
+def path_inside(folder: str | Path, name) -> Path | None:
+    """folder/name for a name read from a dataset (a file_name, a VOC id or <filename>, a converted image's path),
+    or None when it would leave folder: absolute, '..' in either separator, or through a link inside folder that
+    points out of it. The folder itself may be a link (the images folder often is): it is resolved first. The one
+    check every path built from dataset content passes, for reading and for writing."""
+    relative = safe_relative(name)
+    if relative is None:
+        return None
+    path = Path(folder) / relative
+    inside, real = os.path.realpath(folder), os.path.realpath(path)
+    return path if real == inside or real.startswith(os.path.join(inside, "")) else None
 
 
 def skip(found: SplitAnnotations, reason: str, example: str = "") -> None:

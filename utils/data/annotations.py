@@ -40,7 +40,9 @@ class AnnotatedSplit(str):
 
     def recipe(self) -> str:
         """What besides the files decides the labels: part of the label cache's fingerprint."""
-        return f"{self.kind} images={self.images} difficult={self.keep_difficult} names={'|'.join(self.names)}"
+        # sizes: each image's annotated size is checked against the file (caches from before are not reused)
+        recipe = f"{self.kind} images={self.images} difficult={self.keep_difficult} names={'|'.join(self.names)}"
+        return recipe + " sizes"
 
     def image_folder(self) -> str:
         """The folder the split's images are named under: a COCO split's images folder (or its JSON's folder), a

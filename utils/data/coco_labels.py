@@ -5,10 +5,9 @@ that is not a COCO JSON at all is a one-line DatasetError.
 """
 
 import math
-import os
 from pathlib import Path
 
-from utils.data.annotation_rows import SplitAnnotations, as_rows, safe_relative, skip, yolo_row
+from utils.data.annotation_rows import SplitAnnotations, as_rows, path_inside, skip, yolo_row
 from utils.errors import DatasetError
 from utils.images import read_regular_file
 from utils.log import one_line
@@ -74,14 +73,19 @@ def _integer(value) -> int | None:
 
 def category_table(path: Path, data: dict) -> dict[int, str]:
     """Category id -> name, in id order; DatasetError for entries without an integer id or name, or repeated ids."""
-    table = {}
+    table, named = {}, {}
     for c in data["categories"]:
         cid = _integer(c.get("id")) if isinstance(c, dict) else None
         if cid is None or not isinstance(c.get("name"), str):
             raise DatasetError(f"{path}: category {str(c)[:80]} needs an integer 'id' and a 'name'")
         if cid in table:
             raise DatasetError(f"{path}: category id {cid} appears twice in 'categories'")
-        table[cid] = c["name"]
+        if c["name"] in named:  # classes are matched by name: the two would become one class
+            raise DatasetError(
+                f"{path}: categories {named[c['name']]} and {cid} are both named {c['name']!r}: one class each "
+                "needs a name of its own (rename one)"[:300]
+            )
+        table[cid], named[c["name"]] = c["name"], cid
     return dict(sorted(table.items()))
 
 
@@ -116,21 +120,23 @@ def _image_table(path: Path, data: dict, folder: Path, found: SplitAnnotations) 
         if iid in images or iid in skipped:
             raise DatasetError(f"{path}: image id {iid} appears twice in 'images'")
         w, h = entry.get("width"), entry.get("height")
-        rel = safe_relative(entry.get("file_name"))
-        if rel is None:
+        image = path_inside(folder, entry.get("file_name"))
+        if image is None:
             skipped.add(iid)
             skip(found, f"images whose file_name is not a path inside {folder}", repr(entry.get("file_name")))
         elif not all(_positive(v) for v in (w, h)):
             skipped.add(iid)
-            skip(found, "images without a positive width and height", rel)
-        elif rel in owner:
-            raise DatasetError(f"{path}: images {owner[rel]} and {iid} both have file_name {rel!r}"[:300])
-        elif not os.path.isfile(folder / rel):
+            skip(found, "images without a positive width and height", str(image))
+        elif str(image) in owner:
+            raise DatasetError(
+                f"{path}: images {owner[str(image)]} and {iid} both have file_name {entry['file_name']!r}"[:300]
+            )
+        elif not image.is_file():
             skipped.add(iid)
-            skip(found, f"images not found under {folder}", rel)
+            skip(found, f"images not found under {folder}", entry["file_name"])
         else:
-            owner[rel] = iid
-            images[iid] = (str(folder / rel), (float(w), float(h)))
+            owner[str(image)] = iid
+            images[iid] = (str(image), (float(w), float(h)))
     return images, skipped
 
 
@@ -191,4 +197,5 @@ def read_coco_split(split) -> SplitAnnotations:
     order = sorted(images, key=lambda iid: images[iid][0])  # file order, as a folder of the images is listed
     found.images = [images[iid][0] for iid in order]
     found.rows = [as_rows(rows[iid]) for iid in order]
+    found.sizes = [images[iid][1] for iid in order]
     return found

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import yaml
 
-from utils.data.annotation_rows import SplitAnnotations
+from utils.data.annotation_rows import SplitAnnotations, path_inside
 from utils.data.annotations import COCO, AnnotatedSplit
 from utils.data.config import load_data_config
-from utils.data.verify import img2label_paths
+from utils.data.verify import checked_image, img2label_paths, size_problem
 from utils.errors import DatasetError
-from utils.log import LOGGER
+from utils.log import LOGGER, one_line
 
 SPLITS = ("train", "val", "test")
 
@@ -63,22 +63,58 @@ def _check_target(out: Path, sources: list[Path]) -> None:
         raise DatasetError(f"{out} exists and is not an empty folder: the converter writes only into a new folder")
 
 
-def _write_split(split: AnnotatedSplit, found: SplitAnnotations, dest: Path, copy: bool) -> int:
-    """dest/images/<the image's path under its folder> (link or copy) and its label file; the number of boxes."""
-    base = Path(split.image_folder())
-    boxes = 0
-    for image, rows in zip(found.images, found.rows):
-        target = dest / os.path.relpath(image, base)
+def _targets(work: Path, dest: Path, image: str, base: Path) -> tuple[Path, Path]:
+    """Where an image of the split and its label file are written: dest/<its path under base>, and the label
+    file beside, checked (utils.data.annotation_rows.path_inside) to stay inside the output."""
+    target = path_inside(dest, os.path.relpath(image, base))
+    label = target and Path(img2label_paths([str(target)])[0])
+    if target is None or path_inside(work, os.path.relpath(label, work)) is None:
+        raise DatasetError(f"{image} is not inside {base}: it would be written outside the output, nothing is")
+    return target, label
+
+
+def _checked(image: str, size: tuple[float, float]) -> tuple[bytes | None, str]:
+    """The image's bytes when training would use it (utils.data.verify.checked_image) and its annotated size is its
+    own, else None and why: the converter leaves out what training on the annotations leaves out."""
+    try:
+        raw, shown, stored = checked_image(image)
+    except (OSError, ValueError) as e:
+        return None, getattr(e, "strerror", None) or one_line(e)
+    problem = size_problem(size, shown, stored)
+    return (None, problem) if problem else (raw, "")
+
+
+def _write_split(split: AnnotatedSplit, found: SplitAnnotations, work: Path, key: str, copy: bool) -> tuple[int, int]:
+    """work/images/<key>/<the image's path under its folder> (link, or a copy of the bytes checked) and its label
+    file, for each image training would use; (images, boxes) written. DatasetError when two images would share one
+    label file (x.jpg, x.png) or none could be written."""
+    base, dest = Path(split.image_folder()), work / "images" / key
+    labels_of, skipped, boxes = {}, [], 0
+    for image, rows, size in zip(found.images, found.rows, found.sizes):
+        raw, problem = _checked(image, size)
+        if raw is None:
+            skipped.append(f"{image}: {problem}")
+            continue
+        target, label = _targets(work, dest, image, base)
+        if label in labels_of:
+            raise DatasetError(
+                f"{labels_of[label]} and {image} would share the label file {label.relative_to(work)}: a YOLO "
+                "dataset pairs images and labels by name without the extension (rename one)"
+            )
+        labels_of[label] = image
         target.parent.mkdir(parents=True, exist_ok=True)
         if copy:
-            shutil.copy2(image, target)
+            target.write_bytes(raw)  # the bytes checked, not the file read again
         else:
             os.symlink(os.path.abspath(image), target)
-        label = Path(img2label_paths([str(target)])[0])
         label.parent.mkdir(parents=True, exist_ok=True)
         label.write_text("".join(_format_row(r) + "\n" for r in rows))
         boxes += len(rows)
-    return boxes
+    if skipped:
+        LOGGER.warning(f"WARNING: {key}: left out {len(skipped)} images training would not use, e.g. {skipped[0]}")
+    if not labels_of:
+        raise DatasetError(f"no image of the {key} split ({split}) could be converted: nothing written")
+    return len(labels_of), boxes
 
 
 def _data_yaml(cfg: dict, folders: dict[str, str], ann_json: str | None, source: str) -> str:
@@ -125,9 +161,8 @@ def _convert_into(work: Path, cfg: dict, splits: dict[str, AnnotatedSplit], copy
         if same is not None:  # the same annotations for two splits (COCO128's train and val): written once
             folders[key], images[key], boxes[key] = folders[same], images[same], boxes[same]
             continue
-        found = split.annotations()
-        boxes[key] = _write_split(split, found, work / "images" / key, copy)
-        folders[key], images[key], written[key] = f"images/{key}", len(found.images), split
+        images[key], boxes[key] = _write_split(split, split.annotations(), work, key, copy)
+        folders[key], written[key] = f"images/{key}", split
     for key in SPLITS:  # splits of YOLO label files stay where they are
         if key not in splits and isinstance(cfg.get(key), (str, list)):
             folders[key] = cfg[key]

@@ -47,7 +47,7 @@ def _label_plan(split, im_files: list[str], lb_files: list[str], nc: int):
     COCO JSON / VOC XML (cached beside the annotations under our own name, else in the user cache folder)."""
     if isinstance(split, AnnotatedSplit):
         found = split.annotations()
-        rows = dict(zip(found.images, found.rows))
+        rows = dict(zip(found.images, zip(found.rows, found.sizes)))
         places = label_cache_paths(split.cache_source())
         digest = _files_hash(found.sources + im_files, nc, split.recipe())
         return places, digest, lambda: _scan(im_files, [rows[f] for f in im_files], verify_image_rows, nc)

@@ -118,12 +118,19 @@ def list_image_files(path, prefix: str = "") -> list[str]:
 def _image_size(file: str) -> tuple[int, int]:
     """(w, h) of an image as read_image will return it (EXIF orientation applied, from the same header reading);
     raises ValueError for a special, oversized, unreadable or truncated file."""
+    return checked_image(file)[1]
+
+
+def checked_image(file: str) -> tuple[bytes, tuple[int, int], tuple[int, int]]:
+    """An image's bytes, its (w, h) as read_image returns it and as stored (they differ by EXIF rotation): what
+    training checks before it uses an image (a regular file, at most MAX_IMAGE_BYTES, readable, not truncated), and
+    what the converter checks before it copies one. ValueError (one line) otherwise."""
     raw = read_regular_file(file, MAX_IMAGE_BYTES)
     if Image is None:  # pragma: no cover - a full decode
         im, reason = decode_image(raw, suffix(file))
         if im is None:
             raise ValueError(reason)
-        return im.shape[1], im.shape[0]
+        return raw, (im.shape[1], im.shape[0]), (im.shape[1], im.shape[0])
     try:
         with Image.open(io.BytesIO(raw)) as im:
             im.verify()  # checks the data, not only the header
@@ -136,7 +143,16 @@ def _image_size(file: str) -> tuple[int, int]:
         raise ValueError(f"unreadable image ({one_line(e)})"[:300]) from None
     if info.format in ("JPEG", "MPO") and jpeg_truncated(raw):
         raise ValueError(TRUNCATED_JPEG)
-    return info.size
+    return raw, info.size, (info.width, info.height)
+
+
+def size_problem(annotated: tuple[float, float], shown: tuple[int, int], stored: tuple[int, int]) -> str | None:
+    """Why an image's annotated (w, h) (a COCO JSON's width/height, a VOC <size>) does not fit the file (its boxes
+    are in another image's pixels: they would be scaled wrongly), or None. Either orientation of the file fits."""
+    w, h = annotated
+    if (round(w), round(h)) in (shown, stored):
+        return None
+    return f"its annotation gives its size as {w:g}x{h:g} but the image is {shown[0]}x{shown[1]}: boxes not used"
 
 
 def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, str]:
@@ -233,13 +249,17 @@ def verify_image_label(im_file: str, lb_file: str, nc: int) -> tuple[str, np.nda
         return im_file, None, (0, 0), one_line(e), "corrupt"
 
 
-def verify_image_rows(im_file: str, rows: np.ndarray, nc: int) -> tuple[str, np.ndarray | None, tuple, str, str]:
-    """verify_image_label for an image whose labels were converted from an annotation file: (n, 5) float32
-    [cls, cx, cy, w, h] rows, checked and cleaned exactly as the same numbers in a label file would be."""
+def verify_image_rows(im_file: str, annotated: tuple, nc: int) -> tuple[str, np.ndarray | None, tuple, str, str]:
+    """verify_image_label for an image whose labels were converted from an annotation file: annotated is its (n, 5)
+    float32 [cls, cx, cy, w, h] rows, checked and cleaned exactly as the same numbers in a label file would be, and
+    the (w, h) the annotation gives, which must be the image's."""
+    rows, size = annotated
     try:
-        w, h = _image_size(im_file)
+        _, (w, h), stored = checked_image(im_file)
         if w < MIN_SIZE or h < MIN_SIZE:
             raise ValueError(f"image is {w}x{h}, smaller than {MIN_SIZE} px on a side")
+        if problem := size_problem(size, (w, h), stored):
+            raise ValueError(problem)
         labels, note = labels_from_rows([(n, [float(v) for v in row]) for n, row in enumerate(rows, 1)], nc)
         return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
     except (OSError, ValueError) as e:

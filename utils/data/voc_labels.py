@@ -13,7 +13,7 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
-from utils.data.annotation_rows import SplitAnnotations, as_rows, safe_relative, skip, yolo_row
+from utils.data.annotation_rows import SplitAnnotations, as_rows, path_inside, skip, yolo_row
 from utils.errors import DatasetError
 from utils.images import read_regular_file
 from utils.log import one_line
@@ -68,10 +68,11 @@ def _number(parent: Element, tag: str) -> float | None:
 
 
 def _image_file(root: Path, image_id: str, filename: str | None) -> Path | None:
-    """JPEGImages/<the XML's filename>, else JPEGImages/<id>.jpg, if it exists."""
-    for name in (safe_relative(filename.strip()) if filename else None, f"{image_id}.jpg"):
-        if name and (root / "JPEGImages" / name).is_file():
-            return root / "JPEGImages" / name
+    """JPEGImages/<the XML's filename>, else JPEGImages/<id>.jpg, if it exists inside JPEGImages."""
+    for name in (filename.strip() if filename else None, f"{image_id}.jpg"):
+        image = path_inside(root / "JPEGImages", name)
+        if image is not None and image.is_file():
+            return image
     return None
 
 
@@ -98,7 +99,10 @@ def read_voc_split(split) -> SplitAnnotations:
     found = SplitAnnotations([], [], [str(split)] if Path(split).is_file() else [])
     pairs = []
     for image_id in dict.fromkeys(ids):  # a list naming an id twice trains on it once
-        xml = root / "Annotations" / f"{image_id}.xml"
+        xml = path_inside(root / "Annotations", f"{image_id}.xml")
+        if xml is None:
+            skip(found, f"ids that are not a file name inside {root}", repr(image_id))
+            continue
         found.sources.append(str(xml))
         try:
             filename, size, objects = parse_voc_xml(xml)
@@ -112,7 +116,7 @@ def read_voc_split(split) -> SplitAnnotations:
         if image is None:
             skip(found, f"images not found in {root / 'JPEGImages'}", filename or image_id)
             continue
-        pairs.append((str(image), as_rows(_objects_rows(objects, size, split, found, xml.name))))
+        pairs.append((str(image), as_rows(_objects_rows(objects, size, split, found, xml.name)), size))
     pairs.sort(key=lambda p: p[0])
-    found.images, found.rows = [p[0] for p in pairs], [p[1] for p in pairs]
+    found.images, found.rows, found.sizes = [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]
     return found
