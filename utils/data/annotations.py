@@ -6,6 +6,7 @@ path carrying how to read its labels: the dataset, the image listing and the con
 """
 
 import os
+from collections import Counter
 from pathlib import Path
 
 from utils.data.annotation_rows import SplitAnnotations
@@ -115,6 +116,9 @@ def annotated_split(value, key: str, data: dict, root: Path, names: list[str], f
         if isinstance(value, list) and any(is_annotation_path(Path(v)) for v in value):
             raise DatasetError(f"{file}: '{key}' lists several paths: a COCO JSON or VOC split must be the only one")
         return value
+    if is_annotation_path(Path(value)) and len(set(names)) < len(names):  # annotations name their classes
+        twice = next(n for n, count in Counter(names).items() if count > 1)
+        raise DatasetError(f"{file}: the class name {twice!r} is given twice: {key} finds its classes by name"[:300])
     path = Path(value)
     if path.suffix.lower() == ".json":
         images = data.get(f"{key}_images", data.get("images"))

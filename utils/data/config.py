@@ -11,6 +11,7 @@ from utils.errors import DatasetError
 from utils.files import DATA_DIR, REPO_ROOT, resolve_bare_name
 from utils.log import LOGGER
 from utils.safe_yaml import read_yaml
+from utils.text import class_names
 
 MAX_CLASSES = 100_000  # LVIS has 1203; more is a typo
 
@@ -62,6 +63,16 @@ def _class_name(value, key, file: Path) -> str:
 
 
 def _names_list(names, nc, file: Path) -> list[str]:
+    """The data's class names (from its YAML or its COCO JSON's categories), checked as a checkpoint's are
+    (utils.text.class_names: length, no control characters) before anything is trained on them."""
+    found = _names_found(names, nc, file)
+    checked, problem = class_names(found)
+    if problem:
+        raise DatasetError(f"{file}: {problem}")
+    return checked
+
+
+def _names_found(names, nc, file: Path) -> list[str]:
     if names is None:
         if nc is None:
             raise DatasetError(f"{file}: needs 'names' (a list of class names) or 'nc'")
