@@ -1,11 +1,15 @@
-"""Run folders and path helpers.
+"""Run folders, the private folders a command works in (and their removal once their maker is gone) and path
+helpers.
 
 A run writes only into a run folder that a run created. `reserve_run_dir` makes the folder atomically
 (os.mkdir fails if another process took the name first) and leaves a marker file in it, so a later
 `--exist-ok` run, `--resume` or export can tell a run folder from a user's own folder (a dataset, photos).
 """
 
+import json
 import os
+import shutil
+import socket
 from pathlib import Path
 
 from utils.errors import RunFolderError
@@ -104,3 +108,59 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+# A command that writes its output into a private folder first (an export, a dataset conversion) and renames it into
+# place removes that folder on an error, Ctrl-C and SIGTERM; SIGKILL or a power cut cannot. So each such folder
+# records who made it (a small JSON file: process id, host, boot) and the next run removes the folders whose maker
+# is gone. A folder without that file, made on another host (a shared file system) or by a process still running is
+# left alone: it may not be ours to remove.
+
+
+def boot_id() -> str:
+    """This boot of the machine (process ids restart at each boot); '' where the system does not say."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def this_process() -> dict:
+    """What records a private folder's maker: process id, host and boot."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "boot": boot_id()}
+
+
+def record_maker(folder: Path, owner_file: str) -> None:
+    """Write folder/owner_file naming this process as the folder's maker."""
+    (folder / owner_file).write_text(json.dumps(this_process()))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process, or an id we cannot test: assume it is running
+    return True
+
+
+def is_abandoned(folder: Path, owner_file: str) -> bool:
+    """Whether folder was made (owner_file says) by a process on this host that no longer runs (or ran before a
+    reboot)."""
+    try:
+        owner = json.loads((folder / owner_file).read_text())
+    except (OSError, ValueError):
+        return False  # not recorded as ours
+    me = this_process()
+    if not isinstance(owner, dict) or owner.get("host") != me["host"] or not isinstance(owner.get("pid"), int):
+        return False
+    return owner.get("boot") != me["boot"] or not _running(owner["pid"])
+
+
+def remove_abandoned_folders(parent: Path, pattern: str, owner_file: str, what: str) -> None:
+    """Remove the folders of parent matching pattern that killed runs left (is_abandoned), one log line each."""
+    for folder in sorted(parent.glob(pattern)):
+        if folder.is_dir() and not folder.is_symlink() and is_abandoned(folder, owner_file):
+            shutil.rmtree(folder, ignore_errors=True)
+            LOGGER.info(f"Removed {folder}, left by {what} that was killed")

@@ -5,6 +5,7 @@ The label files hold the very rows training on the annotations uses (utils.data.
 written exactly (the float64 repr of the float32 value), so the converted dataset trains to the same numbers.
 """
 
+import glob
 import os
 import secrets
 import shutil
@@ -18,9 +19,12 @@ from utils.data.annotations import COCO, AnnotatedSplit
 from utils.data.config import load_data_config
 from utils.data.verify import checked_image, img2label_paths, size_problem
 from utils.errors import DatasetError
+from utils.files import record_maker, remove_abandoned_folders
 from utils.log import LOGGER, one_line
 
 SPLITS = ("train", "val", "test")
+
+OWNER = ".yolo-convert-owner"  # in the private folder a conversion writes into: a SIGKILLed one's is removed next run
 
 
 @dataclass
@@ -131,7 +135,8 @@ def _data_yaml(cfg: dict, folders: dict[str, str], ann_json: str | None, source:
 def convert_dataset(opts: ConvertOptions) -> ConvertResult:
     """Write the COCO JSON / VOC splits of opts.data as a YOLO dataset in opts.out (see the module docstring).
     Everything is written into a temporary folder beside opts.out and renamed into place at the end, so a failed
-    run leaves nothing; DatasetError (one line) for a target that exists or overlaps the source."""
+    run leaves nothing (a killed one's folder is removed by the next conversion into the same place);
+    DatasetError (one line) for a target that exists or overlaps the source."""
     cfg = load_data_config(opts.data)
     splits = {k: cfg[k] for k in SPLITS if isinstance(cfg.get(k), AnnotatedSplit)}
     if not splits:
@@ -140,9 +145,12 @@ def convert_dataset(opts: ConvertOptions) -> ConvertResult:
     _check_target(out, _source_paths(cfg, splits))
     work = out.parent / f".{out.name}.{secrets.token_hex(4)}.tmp"
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned_folders(out.parent, f".{glob.escape(out.name)}.*.tmp", OWNER, "a conversion")
     work.mkdir()
+    record_maker(work, OWNER)
     try:
         result = _convert_into(work, cfg, splits, opts.copy)
+        (work / OWNER).unlink()
         if out.is_dir():
             out.rmdir()  # empty (checked above); replaced by the finished folder
         os.rename(work, out)
