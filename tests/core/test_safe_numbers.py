@@ -1,0 +1,97 @@
+"""One bounded reader for whole numbers (utils.safe_numbers), as JSON (utils.safe_json), YAML (utils.safe_yaml) and
+export metadata read them: a number outside int64, over 4300 digits or beyond float range is one line, never an
+OverflowError or ValueError traceback; JSON shaped to take far more memory than its size is refused unparsed."""
+
+import json
+
+import pytest
+
+from models.export.metadata import _decoded
+from utils import safe_json
+from utils.errors import BackendError, UnsafeYamlError
+from utils.safe_json import JsonError, parse_json
+from utils.safe_numbers import NumberRangeError, check_numbers, parse_int
+from utils.safe_yaml import parse_yaml
+
+HUGE = {
+    "beyond float range": "1" + "0" * 400,  # float() of it: OverflowError
+    "over 4300 digits": "9" * 5000,  # int() of its text: ValueError
+    "just over int64": str(1 << 63),
+    "negative, under int64": str(-(1 << 63) - 1),
+}
+
+
+@pytest.mark.parametrize("text", HUGE.values(), ids=HUGE)
+def test_json_refuses_whole_numbers_outside_int64(text):
+    with pytest.raises(NumberRangeError, match="outside the range") as e:
+        parse_json(f'{{"images": [{{"id": {text}}}]}}')
+    assert "\n" not in str(e.value) and len(str(e.value)) < 200
+
+
+def test_int64_edges_and_floats_read_as_before():
+    data = parse_json(f"[{(1 << 63) - 1}, {-(1 << 63)}, 1e400, 0.5, -0]")
+    assert data[:2] == [(1 << 63) - 1, -(1 << 63)] and data[2] == float("inf") and data[3:] == [0.5, 0]
+    assert parse_int("-12") == -12
+
+
+YAML_HUGE = {
+    **HUGE,
+    "hexadecimal": "0x" + "f" * 17,
+    "binary": "0b1" + "0" * 64,
+    "sexagesimal, 3000 places": "1:" * 3000 + "1",  # a few kB of text, a number of 5000 digits
+    "with separators": "1_000_000_000_000_000_000_0",
+}
+
+
+@pytest.mark.parametrize("scalar", YAML_HUGE.values(), ids=YAML_HUGE)
+def test_yaml_refuses_whole_numbers_outside_int64(scalar):
+    for text in (f"lr0: {scalar}\n", f"names:\n  0: a\n  {scalar}: person\n", f"anchors: [[{scalar}, 1]]\n"):
+        with pytest.raises(UnsafeYamlError) as e:
+            parse_yaml(text, "hyp.yaml")
+        assert "\n" not in str(e.value)
+        # a key over 1024 characters is refused by YAML itself, before it is a number
+        assert "outside the range" in str(e.value) or "could not find expected ':'" in str(e.value)
+
+
+def test_yaml_numbers_in_range_read_as_before():
+    text = "a: 0x7fffffffffffffff\nb: 1_000\nc: 1:30\nd: -9223372036854775808\ne: 1.0e+400\nf: 017\n"
+    assert parse_yaml(text, "x") == {
+        "a": (1 << 63) - 1,
+        "b": 1000,
+        "c": 90,
+        "d": -(1 << 63),
+        "e": float("inf"),
+        "f": 15,
+    }
+
+
+@pytest.mark.parametrize("value", ['{"stride": %s}', "[%s, 2]", "{0: 'person', 1: %s}"])
+@pytest.mark.parametrize("number", [HUGE["beyond float range"], str(1 << 70)])
+def test_export_metadata_numbers_are_bounded(value, number):
+    with pytest.raises(BackendError, match="outside the range") as e:
+        _decoded(value % number, "names", "model.onnx")
+    assert "\n" not in str(e.value)
+    assert _decoded(value % "32", "names", "model.onnx") is not None
+
+
+def test_literals_are_checked_all_the_way_down():
+    assert check_numbers({0: [1, (2, {3})], "a": True}) == {0: [1, (2, {3})], "a": True}
+    with pytest.raises(NumberRangeError):
+        check_numbers({0: [1, (2, {1 << 64})]})
+
+
+def test_json_of_tiny_containers_is_refused_before_parsing(monkeypatch):
+    monkeypatch.setattr(safe_json, "_SLACK", 0)  # the bound without the allowance small files get
+    for text in ("[" + "{}," * 1000 + "{}]", "[" + "[]," * 1000 + "[]]", "[" + '{"a":0},' * 1000 + "{}]"):
+        with pytest.raises(JsonError, match="more than 8x"):
+            parse_json(text)
+    real = json.dumps([{"id": i, "bbox": [1.5, 2.5, 30.25, 40.75], "segmentation": [[1.25] * 40]} for i in range(50)])
+    assert len(parse_json(real)) == 50  # COCO's shape: far under the bound
+
+
+def test_keep_drops_other_keys_as_it_parses():
+    text = json.dumps({"images": [{"id": 1, "license": 3}, {"flickr": 1}], "info": {"year": 2017}})
+    data = parse_json(text, keep=frozenset({"images", "id"}))
+    assert data == {"images": [{"id": 1}, {}]}
+    with pytest.raises(JsonError, match="not valid JSON"):
+        parse_json('{"images": [', keep=frozenset({"images"}))
