@@ -42,9 +42,10 @@ def _victim(work: Path) -> Path:
 
 
 def _voc_escape(work: Path, ids: list[str], name: str) -> str:
-    """A VOC root 4 levels under work (so that an id climbing 4 levels names work/victim, and the converter's label
-    for it, under runs_hd/, would land there too) whose list holds one good id and the ids given."""
-    root = work / "hd" / name / "d" / "VOC"
+    """A VOC root 3 levels under work (so that an id climbing 4 levels from Annotations/ names work/victim, and the
+    converter's link and label for it, under runs_hd/, would land there too) whose list holds one good id and the
+    ids given."""
+    root = work / "hd" / name / "VOC"
     for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
         (root / sub).mkdir(parents=True)
     shutil.copy(IMAGES / "zidane.jpg", root / "JPEGImages" / "a.jpg")
