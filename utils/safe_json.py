@@ -2,10 +2,10 @@
 goes through parse_json.
 
 Bounds. Whole numbers go through utils.safe_numbers (int64, refused as text before conversion). Memory: parsed
-JSON takes several times its text, and far more for text made of tiny containers: `{},` is 3 bytes of text but a
-72-byte dict and its list slot (a 100 MB file of them took 2.5 GB). So the dicts and lists a text can build are
-counted from its braces and brackets (a fast scan, an upper bound: brackets inside strings count too) before it is
-parsed, and a text whose containers alone would take more than MAX_EXPANSION times its size is refused. A reader
+JSON takes several times its text, and far more for text made of tiny pieces: `{},` is 3 bytes of text but a
+72-byte dict and its list slot (a 100 MB file of them took 2.6 GB), `"ab",` a 59-byte string. So what a text can
+build is estimated from a fast count of its braces, brackets, quotes and commas (an upper bound) before it is
+parsed, and a text that would take more than MAX_EXPANSION times its size is refused. A reader
 that needs only some keys (the COCO training reader) names them: every other key is dropped as each object is
 parsed, so the parts it never reads (segmentation polygons, most of a COCO file) are freed at once.
 """
@@ -14,9 +14,13 @@ import json
 
 from utils.safe_numbers import parse_int
 
-MAX_EXPANSION = 8  # containers may take 8x the text (COCO's instances files: about 0.8x)
+MAX_EXPANSION = 8  # parsed JSON may take 8x its text (COCO's instances files: about 4x by the estimate below)
 _SLACK = 64 << 20  # small files are never refused for their shape
-_DICT_BYTES, _LIST_BYTES = 184 + 8, 56 + 8  # a small dict, an empty list, each with its slot in its parent
+# What each piece takes once parsed, with its slot in its parent: a small dict, an empty list, a short string
+# (every pair of quotes: keys too), a number (every comma separates one value at most). Numbers count less than
+# they take (32 bytes with their slot; small ints are shared): polygons of whole numbers (`123,`) must pass, so
+# text of the tiniest floats (`1e0,`) can still take about 11x its size.
+_DICT_BYTES, _LIST_BYTES, _STRING_BYTES, _VALUE_BYTES = 184 + 8, 56 + 8, 56 + 8, 24
 _EMPTY: dict = {}  # every object left without keys is this one dict (readers only look into it)
 
 
@@ -25,9 +29,11 @@ class JsonError(ValueError):
     reads after 'the file is': "not valid JSON (...)"."""
 
 
-def container_bytes(text: str) -> int:
-    """An upper bound of the memory the dicts and lists of a JSON text take once parsed (numbers, text aside)."""
-    return text.count("{") * _DICT_BYTES + text.count("[") * _LIST_BYTES
+def parsed_bytes(text: str) -> int:
+    """An upper bound of the memory a JSON text takes once parsed, from a fast count of its braces, brackets, quotes
+    and commas (inside strings too: an overestimate)."""
+    pieces = (text.count("{"), text.count("["), text.count('"') // 2, text.count(","))
+    return sum(n * size for n, size in zip(pieces, (_DICT_BYTES, _LIST_BYTES, _STRING_BYTES, _VALUE_BYTES)))
 
 
 def _keeping(keys: frozenset[str]):
@@ -41,11 +47,11 @@ def _keeping(keys: frozenset[str]):
 def parse_json(text: str, keep: frozenset[str] | None = None):
     """The data of a JSON text; with keep, objects hold only those keys. JsonError for text that is not JSON or
     would take too much memory, NumberRangeError for a whole number outside int64 (both ValueErrors, one line)."""
-    needed = container_bytes(text)
+    needed = parsed_bytes(text)
     if needed > MAX_EXPANSION * len(text) + _SLACK:
         raise JsonError(
-            f"made of {text.count('{')} objects and {text.count('[')} lists, which would take about {needed >> 20} "
-            f"MiB, more than {MAX_EXPANSION}x its {len(text)} characters: not parsed"
+            f"made of {text.count('{')} objects, {text.count('[')} lists and {text.count(',')} values, which would "
+            f"take about {needed >> 20} MiB parsed, more than {MAX_EXPANSION}x its {len(text)} characters: not parsed"
         )
     try:
         return json.loads(text, parse_int=parse_int, object_pairs_hook=_keeping(keep) if keep else None)
