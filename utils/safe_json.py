@@ -4,8 +4,8 @@ goes through parse_json.
 Bounds. Whole numbers go through utils.safe_numbers (int64, refused as text before conversion). Memory: parsed
 JSON takes several times its text, and far more for text made of tiny pieces: `{},` is 3 bytes of text but a
 72-byte dict and its list slot (a 100 MB file of them took 2.6 GB), `"ab",` a 59-byte string. So what a text can
-build is estimated from a fast count of its braces, brackets, quotes and commas (an upper bound) before it is
-parsed, and a text that would take more than MAX_EXPANSION times its size is refused. A reader
+build is estimated from a fast count of its braces, colons, brackets, quotes and commas before it is parsed, and
+a text that would take more than MAX_EXPANSION times its size is refused. A reader
 that needs only some keys (the COCO training reader) names them: every other key is dropped as each object is
 parsed, so the parts it never reads (segmentation polygons, most of a COCO file) are freed at once.
 """
@@ -14,13 +14,13 @@ import json
 
 from utils.safe_numbers import parse_int
 
-MAX_EXPANSION = 8  # parsed JSON may take 8x its text (COCO's instances files: about 4x by the estimate below)
+MAX_EXPANSION = 10  # parsed JSON may take 10x its text (COCO's instances files: 4-6x by the estimate below)
 _SLACK = 64 << 20  # small files are never refused for their shape
-# What each piece takes once parsed, with its slot in its parent: a small dict, an empty list, a short string
-# (every pair of quotes: keys too), a number (every comma separates one value at most). Numbers count less than
-# they take (32 bytes with their slot; small ints are shared): polygons of whole numbers (`123,`) must pass, so
-# text of the tiniest floats (`1e0,`) can still take about 11x its size.
-_DICT_BYTES, _LIST_BYTES, _STRING_BYTES, _VALUE_BYTES = 184 + 8, 56 + 8, 56 + 8, 24
+# What each piece takes once parsed, with its slot in its parent: a dict, each of its keys (a colon: the key text
+# itself is shared by json's parser), a list, a string value (a pair of quotes that is not a key), a number (a
+# comma separates one value at most; small ints are shared). Real COCO files, compact or spaced, with or without
+# segmentations, estimate at 4-6x (and take 3.5-4x); `{},`, `[],`, `{"a":0},` or `"ab",` at 16-45x.
+_DICT_BYTES, _KEY_BYTES, _LIST_BYTES, _STRING_BYTES, _VALUE_BYTES = 120, 24, 56 + 8, 56 + 8, 16
 _EMPTY: dict = {}  # every object left without keys is this one dict (readers only look into it)
 
 
@@ -30,10 +30,13 @@ class JsonError(ValueError):
 
 
 def parsed_bytes(text: str) -> int:
-    """An upper bound of the memory a JSON text takes once parsed, from a fast count of its braces, brackets, quotes
-    and commas (inside strings too: an overestimate)."""
-    pieces = (text.count("{"), text.count("["), text.count('"') // 2, text.count(","))
-    return sum(n * size for n, size in zip(pieces, (_DICT_BYTES, _LIST_BYTES, _STRING_BYTES, _VALUE_BYTES)))
+    """An estimate of the memory a JSON text takes once parsed, from a fast count of its braces, colons, brackets,
+    quotes and commas (those inside strings count too)."""
+    keys = text.count(":")
+    strings = max(0, text.count('"') // 2 - keys)
+    pieces = (text.count("{"), keys, text.count("["), strings, text.count(","))
+    sizes = (_DICT_BYTES, _KEY_BYTES, _LIST_BYTES, _STRING_BYTES, _VALUE_BYTES)
+    return sum(n * size for n, size in zip(pieces, sizes))
 
 
 def _keeping(keys: frozenset[str]):
