@@ -89,6 +89,8 @@ def _number_cases(sweep: Sweep, root: Path, gt: dict, out: Path, train: list[str
     long_id = _json_case(root, gt, "long_id", lambda t: t.replace(f'"id": {first},', f'"id": {LONG},', 1))
     box = gt["annotations"][0]["bbox"]
     big_box = _json_case(root, gt, "big_box", lambda t: t.replace(json.dumps(box), f"[1, 2, 3, {BIG}]", 1))
+    w = gt["images"][0]["width"]
+    inf_width = _json_case(root, gt, "inf_width", lambda t: t.replace(f'"width": {w},', '"width": 1e400,', 1))
     hyp = sweep.work / "hd_hyp.yaml"
     hyp.write_text((ROOT / "data" / "hyp.scratch.yaml").read_text().replace("lr0: 0.01", f"lr0: {BIG}", 1))
     tracker = sweep.work / "hd_tracker.yaml"
@@ -97,6 +99,12 @@ def _number_cases(sweep: Sweep, root: Path, gt: dict, out: Path, train: list[str
     in_range = _says("outside the range")
     return [
         Case("hostile data 2 COCO image id of 5000 digits (convert)", _convert(long_id, out / "n1"), "error", in_range),
+        Case(
+            "hostile data 2 COCO width 1e400 (convert)",
+            _convert(inf_width, out / "n4"),
+            "error",
+            _says("beyond the range of a float"),
+        ),
         Case(
             "hostile data 2 COCO bbox value beyond float range (train)",
             ["train.py", "--data", big_box, *train, "--name", "n2"],

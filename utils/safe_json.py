@@ -1,7 +1,8 @@
 """JSON text parsed with bounds: every JSON the project reads (COCO annotations and predictions, export metadata)
 goes through parse_json.
 
-Bounds. Whole numbers go through utils.safe_numbers (int64, refused as text before conversion). Memory: parsed
+Bounds. Numbers go through utils.safe_numbers (whole numbers within int64, refused as text before conversion;
+others within float range: 1e400 is refused, not read as infinity). Memory: parsed
 JSON takes several times its text, and far more for text made of tiny pieces: `{},` is 3 bytes of text but a
 72-byte dict and its list slot (a 100 MB file of them took 2.6 GB), `"ab",` a 59-byte string. So what a text can
 build is estimated from a fast count of its braces, colons, brackets, quotes and commas before it is parsed, and
@@ -12,7 +13,7 @@ parsed, so the parts it never reads (segmentation polygons, most of a COCO file)
 
 import json
 
-from utils.safe_numbers import parse_int
+from utils.safe_numbers import finite_float, parse_int
 
 MAX_EXPANSION = 10  # parsed JSON may take 10x its text (COCO's instances files: 4-6x by the estimate below)
 _SLACK = 64 << 20  # small files are never refused for their shape
@@ -49,7 +50,8 @@ def _keeping(keys: frozenset[str]):
 
 def parse_json(text: str, keep: frozenset[str] | None = None):
     """The data of a JSON text; with keep, objects hold only those keys. JsonError for text that is not JSON or
-    would take too much memory, NumberRangeError for a whole number outside int64 (both ValueErrors, one line)."""
+    would take too much memory, NumberRangeError for a whole number outside int64 or a number beyond float range
+    (both ValueErrors, one line)."""
     needed = parsed_bytes(text)
     if needed > MAX_EXPANSION * len(text) + _SLACK:
         raise JsonError(
@@ -57,7 +59,8 @@ def parse_json(text: str, keep: frozenset[str] | None = None):
             f"take about {needed >> 20} MiB parsed, more than {MAX_EXPANSION}x its {len(text)} characters: not parsed"
         )
     try:
-        return json.loads(text, parse_int=parse_int, object_pairs_hook=_keeping(keep) if keep else None)
+        hook = _keeping(keep) if keep else None
+        return json.loads(text, parse_int=parse_int, parse_float=finite_float, object_pairs_hook=hook)
     except json.JSONDecodeError as e:  # truncated or malformed: where it broke
         raise JsonError(f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except RecursionError:

@@ -4,8 +4,12 @@ through utils.safe_yaml, Python literals in export metadata) turns the digits of
 Python reads a whole number of any size, but what we do with it next does not: float() of one beyond 1.8e308 raises
 OverflowError, NumPy's int64 another, str() of one over 4300 digits (and int() of such text) ValueError, and
 converting a long one costs time quadratic in its length. No id, size, count or seed of ours needs more than 64 bits,
-so a whole number outside the int64 range is refused (as text, before it is converted) with one line.
+so a whole number outside the int64 range is refused (as text, before it is converted) with one line. A number
+written with a fraction or exponent beyond float range (1e400) is refused too, instead of read as infinity (an
+explicit YAML .inf stays infinity): int() of it is an OverflowError.
 """
+
+import math
 
 INT_LIMIT = 1 << 63  # |n| < 2**63: what NumPy's int64 holds
 _MAX_TEXT = 100  # a 64-bit number in any notation YAML allows (0b + 64 digits, with '_' separators) is shorter
@@ -36,6 +40,14 @@ def parse_int(text: str) -> int:
     if len(text) > 20:  # '-' and 19 digits hold every int64
         raise out_of_range(text)
     return checked_int(int(text), text)
+
+
+def finite_float(text: str) -> float:
+    """A number with a fraction or exponent (JSON's, YAML's) as a float; NumberRangeError beyond float range."""
+    value = float(text)
+    if math.isinf(value):
+        raise NumberRangeError(f"the number {_shown(text)} is beyond the range of a float")
+    return value
 
 
 def short_enough(text: str) -> bool:

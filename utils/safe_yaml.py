@@ -7,6 +7,7 @@ refused outright; the file's size and nesting depth are capped before and while 
 bounded as in every file format (utils.safe_numbers: int64, their text's length checked before conversion).
 """
 
+import math
 from pathlib import Path
 
 import yaml
@@ -50,8 +51,18 @@ class _BoundedLoader(yaml.SafeLoader):
         except ValueError as e:  # NumberRangeError, or int()'s own refusal
             raise yaml.constructor.ConstructorError(None, None, one_line(e), node.start_mark) from None
 
+    def construct_yaml_float(self, node):
+        """A float; a finite number written beyond float range (1.0e+400) is refused, an explicit .inf is kept."""
+        value = super().construct_yaml_float(node)
+        text = self.construct_scalar(node)
+        if math.isinf(value) and "inf" not in text.lower():
+            message = f"the number {text[:24]} is beyond the range of a float"
+            raise yaml.constructor.ConstructorError(None, None, message, node.start_mark)
+        return value
+
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+_BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
 
 def parse_yaml(text: str, source: str, error: type[YoloError] = UnsafeYamlError):

@@ -8,7 +8,8 @@ import pytest
 
 from models.export.metadata import _decoded
 from utils import safe_json
-from utils.errors import BackendError, UnsafeYamlError
+from utils.errors import BackendError, MetricsError, UnsafeYamlError
+from utils.eval.coco_io import load_coco_ground_truth, load_coco_predictions
 from utils.safe_json import JsonError, parse_json
 from utils.safe_numbers import NumberRangeError, check_numbers, parse_int
 from utils.safe_yaml import parse_yaml
@@ -28,9 +29,15 @@ def test_json_refuses_whole_numbers_outside_int64(text):
     assert "\n" not in str(e.value) and len(str(e.value)) < 200
 
 
+@pytest.mark.parametrize("text", ["1e400", "-1E+400", "9" * 320 + ".5", "1.5e0309"])
+def test_json_refuses_numbers_beyond_float_range(text):
+    with pytest.raises(NumberRangeError, match="beyond the range of a float"):
+        parse_json(f'{{"images": [{{"width": {text}}}]}}')
+
+
 def test_int64_edges_and_floats_read_as_before():
-    data = parse_json(f"[{(1 << 63) - 1}, {-(1 << 63)}, 1e400, 0.5, -0]")
-    assert data[:2] == [(1 << 63) - 1, -(1 << 63)] and data[2] == float("inf") and data[3:] == [0.5, 0]
+    data = parse_json(f"[{(1 << 63) - 1}, {-(1 << 63)}, 1e308, 1e-400, 0.5, -0, NaN]")
+    assert data[:6] == [(1 << 63) - 1, -(1 << 63), 1e308, 0.0, 0.5, 0] and data[6] != data[6]
     assert parse_int("-12") == -12
 
 
@@ -53,8 +60,14 @@ def test_yaml_refuses_whole_numbers_outside_int64(scalar):
         assert "outside the range" in str(e.value) or "could not find expected ':'" in str(e.value)
 
 
+@pytest.mark.parametrize("text", ["1.0e+400", "-1.5e+999", "9" * 320 + ".0"])
+def test_yaml_refuses_floats_beyond_range(text):
+    with pytest.raises(UnsafeYamlError, match="beyond the range of a float"):
+        parse_yaml(f"lr0: {text}\n", "hyp.yaml")
+
+
 def test_yaml_numbers_in_range_read_as_before():
-    text = "a: 0x7fffffffffffffff\nb: 1_000\nc: 1:30\nd: -9223372036854775808\ne: 1.0e+400\nf: 017\n"
+    text = "a: 0x7fffffffffffffff\nb: 1_000\nc: 1:30\nd: -9223372036854775808\ne: .inf\nf: 017\n"
     assert parse_yaml(text, "x") == {
         "a": (1 << 63) - 1,
         "b": 1000,
@@ -98,3 +111,16 @@ def test_keep_drops_other_keys_as_it_parses():
     assert data == {"images": [{"id": 1}, {}]}
     with pytest.raises(JsonError, match="not valid JSON"):
         parse_json('{"images": [', keep=frozenset({"images"}))
+
+
+@pytest.mark.parametrize("number", ["1e400", "1" + "0" * 400, str(1 << 64)])
+def test_evaluation_json_numbers_are_bounded(tmp_path, number):
+    gt = tmp_path / "gt.json"
+    image = f'{{"id": 1, "file_name": "a.jpg", "width": 64, "height": {number}}}'
+    gt.write_text(f'{{"images": [{image}], "annotations": [], "categories": [{{"id": 1, "name": "a"}}]}}')
+    preds = tmp_path / "preds.json"
+    preds.write_text(f'[{{"image_id": {number}, "category_id": 1, "bbox": [1, 2, 3, 4], "score": 0.5}}]')
+    for load, file in ((load_coco_ground_truth, gt), (load_coco_predictions, preds)):
+        with pytest.raises(MetricsError, match="range") as e:
+            load(file)
+        assert "\n" not in str(e.value)
