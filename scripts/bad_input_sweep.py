@@ -33,8 +33,9 @@ hostile case passes only with a peak under 2 GB (HOSTILE_PEAK_BYTES) and no out-
 Needs ../shared (COCO128 images, yolov5n.pt); exits 1 if any case fails. The issue-16 cases (data safety,
 hostile files, path swapping, URL cache, exports) are in scripts/sweep_cases_safety.py; issue 28's (hostile model
 files, lying export metadata, out of memory, SIGTERM at several moments: "signal" cases, which pass with exit 143 or
-0) in scripts/sweep_cases_hostile.py; the dataset and tracking cases in sweep_cases_datasets.py and
-sweep_cases_tracking.py, registered when those files exist.
+0) in scripts/sweep_cases_hostile.py; the dataset, tracking and hostile-dataset (issue 35: 'hostile data <class>')
+cases in sweep_cases_datasets.py, sweep_cases_tracking.py and sweep_cases_hostile_data.py, registered when those
+files exist.
 """
 
 import argparse
