@@ -21,6 +21,7 @@ from torch import nn
 
 from models.nn.config import MAX_CLASSES, config_parameters, short_repr
 from models.nn.family import family_of_checkpoint, family_of_config
+from models.nn.task import task_of_checkpoint, task_of_config
 from models.nn.yolo import Model
 from models.weights.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
 from models.weights.tensor_checks import check_file_tensors, check_probe_outputs, check_weights
@@ -142,6 +143,7 @@ def _from_official(ckpt: dict, where: str, size: int) -> dict:
         "yaml": cfg,
         "names": _names_list(record.__dict__.get("names"), nc, where),
         "family": family.name,
+        "task": task_of_config(cfg).name,
         "source": "yolov5" if family.anchors else "ultralytics",
         "train_args": {"imgsz": training_size(ckpt)} if training_size(ckpt) else {},
     }
@@ -179,8 +181,9 @@ def load_checkpoint(path: str | Path) -> dict:
     if ckpt.get("format") == FORMAT:
         check_tensor_bytes(tensors, size, where)
         ckpt["names"] = _names_list(ckpt.get("names"), _config_nc(ckpt.get("yaml"), where), where)
-        try:  # recorded since families were declared; older files are recognised by their config, once, here
+        try:  # recorded since families (and tasks) were declared; older files are recognised by their config, here
             ckpt["family"] = family_of_checkpoint(ckpt).name
+            ckpt["task"] = task_of_checkpoint(ckpt).name
         except ModelConfigError as e:
             raise CheckpointError(f"{where}: {one_line(e)}") from None
     elif isinstance(ckpt.get("model"), Record) or isinstance(ckpt.get("ema"), Record):
@@ -213,7 +216,7 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
     """Build a float32 Model of the checkpoint's family from a loaded checkpoint dict and load its weights; the model
     keeps the image size it was trained at (model.imgsz; None when the file does not say)."""
     try:
-        model = Model(ckpt["yaml"], family=family_of_checkpoint(ckpt))
+        model = Model(ckpt["yaml"], family=family_of_checkpoint(ckpt), task=task_of_checkpoint(ckpt))
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError, ZeroDivisionError) as e:
         reason = one_line(e) if isinstance(e, YoloError) else f"{e.__class__.__name__}: {one_line(e)}"
         raise CheckpointError(f"{where} holds an unsupported model config: {reason}") from None
@@ -258,6 +261,7 @@ def checkpoint_dict(model: Model, **extra) -> dict:
         "yaml": unwrapped.yaml,
         "names": list(unwrapped.names),
         "family": unwrapped.family.name,
+        "task": unwrapped.task.name,
         "stride": [float(s) for s in unwrapped.stride],
         **extra,
     }
