@@ -157,7 +157,7 @@ FAMILY_NAMES = ("yolov5", "yolov8", "yolo11", "yolo26", r"yolo(v8|11|26)", r"yol
 TASK_DECLARATIONS = ("models/nn/task.py", "models/nn/head.py", "models/nn/segment.py")
 TASK_HEADS = {"Segment", "AnchorFreeSegment", "AnchorFreeSegment26", "Proto", "MultiScaleProto", "MaskOutputs"}
 TASK_ATTRIBUTES = {"nm", "npr", "cv4", "one2one_cv4"}  # a segment head's parts, by attribute
-TASK_KEYS = {"task", "proto", "protos", "coefficients", "masks"}  # '"task" in ckpt', hasattr(output, "protos"): by key
+TASK_KEYS = {"task", "proto", "protos", "coefficients", "masks"}  # '"task" in ckpt', hasattr(out, "protos"): by key
 TASK_NAMES = ("detect", "segment", "Segment", "Segment26")  # a task or head name compared; file names with "-seg"
 
 
@@ -189,8 +189,10 @@ def _task_string(node: ast.AST) -> bool:
     )
 
 
-def _declaration_tests(source: str, heads, attributes, keys, is_name, owner: str) -> list[str]:
-    """Where a module tells declared things apart itself: by head class, head attribute, key or name string."""
+def _declaration_tests(source: str, heads, attributes, keys, is_name, owner: str, looked_up=None) -> list[str]:
+    """Where a module tells declared things apart itself: by head class, head attribute, key or name string
+    (getattr and hasattr of looked_up: the attributes and keys unless given)."""
+    looked_up = attributes | keys if looked_up is None else looked_up
     found = []
     for node in ast.walk(ast.parse(source)):
         where = f"line {getattr(node, 'lineno', '?')}"
@@ -204,7 +206,7 @@ def _declaration_tests(source: str, heads, attributes, keys, is_name, owner: str
             if name in attributes or name.startswith("is_anchor_free"):
                 found.append(f"{where}: {name}")
         if isinstance(node, ast.Call) and any(
-            isinstance(a, ast.Constant) and a.value in attributes | keys for a in node.args[1:2]
+            isinstance(a, ast.Constant) and a.value in looked_up for a in node.args[1:2]
         ):
             if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
                 found.append(f"{where}: {ast.unparse(node)}")
@@ -230,7 +232,8 @@ def _family_tests(source: str) -> list[str]:
 
 def _task_tests(source: str) -> list[str]:
     """Where a module tests for a task itself: by head class, a segment head's parts, a key, a task or file name."""
-    return _declaration_tests(source, TASK_HEADS, TASK_ATTRIBUTES, TASK_KEYS, _task_string, "task")
+    looked_up = TASK_ATTRIBUTES | TASK_KEYS - {"task"}  # getattr(model, "task", None) reads the declaration
+    return _declaration_tests(source, TASK_HEADS, TASK_ATTRIBUTES, TASK_KEYS, _task_string, "task", looked_up)
 
 
 def _engine_files() -> list[Path]:

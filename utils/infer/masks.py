@@ -88,7 +88,7 @@ def instance_masks(
     """The masks of n detections: protos (nm, h, w) of the letterboxed input of input_hw, coefficients (n, nm),
     boxes (n, >= 4) x1, y1, x2, y2 in original pixels (as the Predictor gives them)."""
     gain, pad_x, pad_y = letterbox_mapping(input_hw, original_hw)
-    nm, h, w = protos.shape
+    h, w = protos.shape[1:]
     protos, coefficients = protos.float(), coefficients.float()
     scale_x, scale_y = gain * w / input_hw[1], gain * h / input_hw[0]  # original pixel -> prototype cell
     offset_x, offset_y = pad_x * w / input_hw[1] - 0.5, pad_y * h / input_hw[0] - 0.5
@@ -118,3 +118,19 @@ def draw_masks(image: np.ndarray, masks: InstanceMasks, colors: list[tuple[int, 
         colour = np.asarray(colors[i], dtype=np.float32)
         region[crop] = (region[crop] * (1 - alpha) + colour * alpha).astype(image.dtype)
     return image
+
+
+def polygon_rows(masks: InstanceMasks, boxes: np.ndarray, save_conf: bool, lowest_first: bool = False) -> list[str]:
+    """detect.py --save-txt's rows of a segment model: 'cls x1 y1 x2 y2 ... [conf]', the normalised vertices of each
+    mask's largest piece (Ultralytics' predict format), in the boxes' order (reversed with lowest_first, as YOLOv5
+    writes its rows); a mask of fewer than 3 vertices (empty, or a sliver) has no outline and no row."""
+    rows = []
+    order = range(len(masks) - 1, -1, -1) if lowest_first else range(len(masks))
+    for i in order:
+        conf, cls = float(boxes[i, 4]), int(boxes[i, 5])
+        polygon = masks.polygon_normalised(i)
+        if len(polygon) < 3:
+            continue
+        values = [cls, *polygon.reshape(-1).tolist(), *([conf] if save_conf else [])]
+        rows.append(" ".join(f"{v:g}" for v in values))
+    return rows
