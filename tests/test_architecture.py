@@ -241,13 +241,17 @@ def _engine_files() -> list[Path]:
     return [f for f in _project_files() if f.relative_to(ROOT).parts[0] not in ("scripts", "benchmarks")]
 
 
-def test_only_the_family_declarations_tell_families_apart():
+@pytest.mark.parametrize(
+    ("declared", "declarations", "tests"),
+    [("family", FAMILY_DECLARATIONS, _family_tests), ("task", TASK_DECLARATIONS, _task_tests)],
+)
+def test_only_the_declarations_tell_families_and_tasks_apart(declared, declarations, tests):
     found = []
     for file in _engine_files():
         rel = file.relative_to(ROOT).as_posix()
-        if rel not in FAMILY_DECLARATIONS:
-            found += [f"{rel} {hit}" for hit in _family_tests(file.read_text(encoding="utf-8"))]
-    assert not found, f"family tests outside {FAMILY_DECLARATIONS} (read model.family instead): {found}"
+        if rel not in declarations:
+            found += [f"{rel} {hit}" for hit in tests(file.read_text(encoding="utf-8"))]
+    assert not found, f"{declared} tests outside {declarations} (read model.{declared} instead): {found}"
 
 
 @pytest.mark.parametrize(
@@ -265,15 +269,6 @@ def test_only_the_family_declarations_tell_families_apart():
 def test_the_family_check_finds_a_planted_test(planted):
     assert _family_tests(planted), planted
     assert not _family_tests("iou = model.family.val_iou\nif model.family.anchors or family.pixel_boxes:\n    pass")
-
-
-def test_only_the_task_declarations_tell_tasks_apart():
-    found = []
-    for file in _engine_files():
-        rel = file.relative_to(ROOT).as_posix()
-        if rel not in TASK_DECLARATIONS:
-            found += [f"{rel} {hit}" for hit in _task_tests(file.read_text(encoding="utf-8"))]
-    assert not found, f"task tests outside {TASK_DECLARATIONS} (read model.task instead): {found}"
 
 
 @pytest.mark.parametrize(
