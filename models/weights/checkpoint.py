@@ -24,7 +24,7 @@ from models.nn.family import family_of_checkpoint, family_of_config
 from models.nn.task import task_of_checkpoint, task_of_config
 from models.nn.yolo import Model
 from models.weights.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
-from models.weights.tensor_checks import check_file_tensors, check_probe_outputs, check_weights
+from models.weights.tensor_checks import check_file_tensors, check_probe_outputs, check_weights, probe_image
 from utils.downloads import attempt_download_weights
 from utils.errors import CheckpointError, ModelConfigError, YoloError
 from utils.log import one_line
@@ -227,10 +227,29 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
         raise CheckpointError(f"{where}: weights do not match its config: {mismatch}")
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=False)
     check_probe_outputs(model, int(model.stride.max()), where)  # finite weights can still make NaN outputs
+    _check_mask_outputs(model, where)
     model.names = list(ckpt["names"])
     model.imgsz = training_size(ckpt)
     model.model[-1]._grids = {}
     return model
+
+
+def _check_mask_outputs(model: Model, where: str) -> None:
+    """A segment model's mask coefficients and prototypes on the probe image, finite (check_probe_outputs sees the
+    predictions only): NaN prototypes would give every detection an empty mask, silently."""
+    if not model.task.masks:
+        return
+    training = model.training
+    try:
+        with torch.no_grad():
+            out = model.eval()(probe_image(int(model.stride.max())))
+    finally:
+        model.train(training)
+    if not (torch.isfinite(out.coefficients).all() and torch.isfinite(out.protos).all()):
+        raise CheckpointError(
+            f"{where}: the model's mask coefficients or prototypes on a probe image are NaN or infinite although "
+            "every weight is finite (weights that overflow, or damaged statistics); refusing it"
+        )
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> Model:

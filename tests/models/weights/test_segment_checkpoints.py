@@ -157,3 +157,16 @@ def test_the_detect_forward_getattr_is_accepted(tmp_path, official_detect):
     torch.save({"model": _GetattrCall(official_detect, "forward")}, path)
     with pytest.raises(CheckpointError, match="not a YOLO checkpoint"):  # read to the end, then judged as data
         load_checkpoint(path)
+
+
+def test_prototypes_that_overflow_are_refused(tmp_path):
+    model = Model("yolov8n-seg.yaml", nc=1)
+    for name, value in model.model[-1].proto.state_dict().items():  # finite FP16 values whose products overflow
+        if name.endswith(("weight", "bias")):
+            value.fill_(60000.0)
+        elif name.endswith(("running_mean", "running_var")):
+            value.fill_(-60000.0 if name.endswith("mean") else 0.0)
+    path = tmp_path / "overflow.pt"
+    save_checkpoint(checkpoint_dict(model), path)
+    with pytest.raises(CheckpointError, match="mask coefficients or prototypes on a probe image are NaN or infinite"):
+        model_from_checkpoint(load_checkpoint(path))
