@@ -142,15 +142,23 @@ def test_modules_are_a_few_hundred_lines():
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
-# A model family is told apart in one place: its declaration (models/nn/family.py), and the head module that
-# defines the heads (models/nn/head.py). Every other engine reads model.family; none of these may appear there.
-# utils/downloads.py names the release assets that can be downloaded (by file name): which files exist, not what a
-# family does.
-FAMILY_DECLARATIONS = ("models/nn/family.py", "models/nn/head.py", "utils/downloads.py")
+# A model family is told apart in one place: its declaration (models/nn/family.py), and the head modules that
+# define the heads (models/nn/head.py, models/nn/segment.py). Every other engine reads model.family; none of these
+# may appear there. utils/downloads.py names the release assets that can be downloaded (by file name): which files
+# exist, not what a family does.
+FAMILY_DECLARATIONS = ("models/nn/family.py", "models/nn/head.py", "models/nn/segment.py", "utils/downloads.py")
 FAMILY_HEADS = {"Detect", "AnchorFreeDetect"}  # isinstance(..., Detect): a test by class
 FAMILY_ATTRIBUTES = {"anchor_free", "is_anchor_free", "has_one2one", "pixel_boxes"}  # by attribute or predicate
 FAMILY_KEYS = {"dfl", "anchors", "end2end", "reg_max"}  # '"dfl" in hyp', '"anchors" not in cfg': by hyp/config key
 FAMILY_NAMES = ("yolov5", "yolov8", "yolo11", "yolo26", r"yolo(v8|11|26)", r"yolov5")  # a file name compared or matched
+
+# A task likewise: its declaration (models/nn/task.py) and the head modules. Every other engine reads model.task
+# (task.masks, task.metrics, task.txt_rows, ...).
+TASK_DECLARATIONS = ("models/nn/task.py", "models/nn/head.py", "models/nn/segment.py")
+TASK_HEADS = {"Segment", "AnchorFreeSegment", "AnchorFreeSegment26", "Proto", "MultiScaleProto", "MaskOutputs"}
+TASK_ATTRIBUTES = {"nm", "npr", "cv4", "one2one_cv4"}  # a segment head's parts, by attribute
+TASK_KEYS = {"task", "proto", "protos", "coefficients", "masks"}  # '"task" in ckpt', hasattr(out, "protos"): by key
+TASK_NAMES = ("detect", "segment", "Segment", "Segment26")  # a task or head name compared; file names with "-seg"
 
 
 def _names_in(node: ast.AST) -> set[str]:
@@ -159,13 +167,13 @@ def _names_in(node: ast.AST) -> set[str]:
     }
 
 
-def _read_from_family(node: ast.AST) -> bool:
-    """family.pixel_boxes, model.family.end2end: what the declaration says, read where it should be."""
+def _read_from(node: ast.AST, owner_name: str) -> bool:
+    """family.pixel_boxes, model.family.end2end (or task.masks): what the declaration says, read where it should be."""
     if not isinstance(node, ast.Attribute):
         return False
     owner = node.value
-    return (isinstance(owner, ast.Name) and owner.id == "family") or (
-        isinstance(owner, ast.Attribute) and owner.attr == "family"
+    return (isinstance(owner, ast.Name) and owner.id == owner_name) or (
+        isinstance(owner, ast.Attribute) and owner.attr == owner_name
     )
 
 
@@ -173,37 +181,59 @@ def _family_string(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(FAMILY_NAMES)
 
 
-def _family_tests(source: str) -> list[str]:
-    """Where a module tests for a model family itself: by head class, head attribute, hyp/config key or file name."""
+def _task_string(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value in TASK_NAMES or "-seg" in node.value)
+    )
+
+
+def _declaration_tests(source: str, heads, attributes, keys, is_name, owner: str, looked_up=None) -> list[str]:
+    """Where a module tells declared things apart itself: by head class, head attribute, key or name string
+    (getattr and hasattr of looked_up: the attributes and keys unless given)."""
+    looked_up = attributes | keys if looked_up is None else looked_up
     found = []
     for node in ast.walk(ast.parse(source)):
         where = f"line {getattr(node, 'lineno', '?')}"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
-            if len(node.args) == 2 and _names_in(node.args[1]) & FAMILY_HEADS:
+            if len(node.args) == 2 and _names_in(node.args[1]) & heads:
                 found.append(f"{where}: isinstance(..., {ast.unparse(node.args[1])})")
-        if isinstance(node, (ast.Attribute, ast.Name, ast.FunctionDef)) and not _read_from_family(node):
+        if isinstance(node, (ast.Attribute, ast.Name, ast.FunctionDef)) and not _read_from(node, owner):
             name = (
                 node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else node.name
             )
-            if name in FAMILY_ATTRIBUTES or name.startswith("is_anchor_free"):
+            if name in attributes or name.startswith("is_anchor_free"):
                 found.append(f"{where}: {name}")
         if isinstance(node, ast.Call) and any(
-            isinstance(a, ast.Constant) and a.value in FAMILY_ATTRIBUTES | FAMILY_KEYS for a in node.args[1:2]
+            isinstance(a, ast.Constant) and a.value in looked_up for a in node.args[1:2]
         ):
             if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
                 found.append(f"{where}: {ast.unparse(node)}")
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             keyed = any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and any(
-                isinstance(s, ast.Constant) and s.value in FAMILY_KEYS for s in sides
+                isinstance(s, ast.Constant) and s.value in keys for s in sides
             )
-            if keyed or any(_family_string(s) for s in sides):
+            named = [e for s in sides for e in (s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s])]
+            if keyed or any(is_name(s) for s in named):
                 found.append(f"{where}: {ast.unparse(node)}")
-        if isinstance(node, ast.Call) and any(_family_string(a) for a in node.args):
+        if isinstance(node, ast.Call) and any(is_name(a) for a in node.args):
             func = ast.unparse(node.func)
             if func.endswith(("compile", "match", "fullmatch", "search", "startswith", "endswith")):
                 found.append(f"{where}: {ast.unparse(node)}")
     return found
+
+
+def _family_tests(source: str) -> list[str]:
+    """Where a module tests for a model family itself: by head class, head attribute, hyp/config key or file name."""
+    return _declaration_tests(source, FAMILY_HEADS, FAMILY_ATTRIBUTES, FAMILY_KEYS, _family_string, "family")
+
+
+def _task_tests(source: str) -> list[str]:
+    """Where a module tests for a task itself: by head class, a segment head's parts, a key, a task or file name."""
+    looked_up = TASK_ATTRIBUTES | TASK_KEYS - {"task"}  # getattr(model, "task", None) reads the declaration
+    return _declaration_tests(source, TASK_HEADS, TASK_ATTRIBUTES, TASK_KEYS, _task_string, "task", looked_up)
 
 
 def _engine_files() -> list[Path]:
@@ -211,13 +241,17 @@ def _engine_files() -> list[Path]:
     return [f for f in _project_files() if f.relative_to(ROOT).parts[0] not in ("scripts", "benchmarks")]
 
 
-def test_only_the_family_declarations_tell_families_apart():
+@pytest.mark.parametrize(
+    ("declared", "declarations", "tests"),
+    [("family", FAMILY_DECLARATIONS, _family_tests), ("task", TASK_DECLARATIONS, _task_tests)],
+)
+def test_only_the_declarations_tell_families_and_tasks_apart(declared, declarations, tests):
     found = []
     for file in _engine_files():
         rel = file.relative_to(ROOT).as_posix()
-        if rel not in FAMILY_DECLARATIONS:
-            found += [f"{rel} {hit}" for hit in _family_tests(file.read_text(encoding="utf-8"))]
-    assert not found, f"family tests outside {FAMILY_DECLARATIONS} (read model.family instead): {found}"
+        if rel not in declarations:
+            found += [f"{rel} {hit}" for hit in tests(file.read_text(encoding="utf-8"))]
+    assert not found, f"{declared} tests outside {declarations} (read model.{declared} instead): {found}"
 
 
 @pytest.mark.parametrize(
@@ -235,3 +269,21 @@ def test_only_the_family_declarations_tell_families_apart():
 def test_the_family_check_finds_a_planted_test(planted):
     assert _family_tests(planted), planted
     assert not _family_tests("iou = model.family.val_iou\nif model.family.anchors or family.pixel_boxes:\n    pass")
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "if isinstance(model.model[-1], Segment):\n    pass",
+        "if isinstance(outputs, MaskOutputs):\n    pass",
+        "masks = hasattr(outputs, 'protos')",
+        "n = model.model[-1].nm",
+        "if 'task' in ckpt:\n    pass",
+        "if ckpt.get('task') == 'segment':\n    pass",
+        "seg = cfg['head'][-1][2] in ('Segment', 'Segment26')",
+        "seg = weights.stem.endswith('-seg')",
+    ],
+)
+def test_the_task_check_finds_a_planted_test(planted):
+    assert _task_tests(planted), planted
+    assert not _task_tests("if model.task.masks and 'segm' in task.metrics:\n    rows = model.task.txt_rows")

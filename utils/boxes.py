@@ -116,31 +116,34 @@ def non_max_suppression(
     multi_label: bool = False,
     max_det: int = 300,
     max_nms: int = 30000,
+    extra: int = 0,
 ) -> list[torch.Tensor]:
     """Filter raw predictions (B, N, 5 + nc) into per-image (n, 6) tensors: x1, y1, x2, y2, conf, class.
 
     conf = objectness x class score. multi_label keeps every class above conf_thres for a box
     (used for mAP); otherwise only the best class. NMS is torchvision's, per class unless agnostic.
+    The last `extra` columns of a prediction (a segment model's mask coefficients) are not classes: they follow
+    each kept box, as (n, 6 + extra) rows.
     """
     if isinstance(prediction, (list, tuple)):
         prediction = prediction[0]  # eval-mode models return (decoded, raw maps)
-    nc = prediction.shape[2] - 5
+    nc = prediction.shape[2] - 5 - extra
     multi_label &= nc > 1
     candidates = prediction[..., 4] > conf_thres
     output = []
     for image_pred, keep in zip(prediction, candidates):
         x = image_pred[keep].float()
         if not x.shape[0]:
-            output.append(torch.zeros((0, 6), device=prediction.device))
+            output.append(torch.zeros((0, 6 + extra), device=prediction.device))
             continue
-        scores = x[:, 5:] * x[:, 4:5]
+        scores, carried = x[:, 5 : 5 + nc] * x[:, 4:5], x[:, 5 + nc :]
         box = xywh2xyxy(x[:, :4])
         if multi_label:
             i, j = (scores > conf_thres).nonzero(as_tuple=True)
-            det = torch.cat((box[i], scores[i, j, None], j[:, None].float()), 1)
+            det = torch.cat((box[i], scores[i, j, None], j[:, None].float(), carried[i]), 1)
         else:
             conf, j = scores.max(1, keepdim=True)
-            det = torch.cat((box, conf, j.float()), 1)[conf.view(-1) > conf_thres]
+            det = torch.cat((box, conf, j.float(), carried), 1)[conf.view(-1) > conf_thres]
         if classes is not None:
             det = det[(det[:, 5:6] == torch.tensor(classes, device=det.device)).any(1)]
         if det.shape[0] > max_nms:

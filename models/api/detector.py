@@ -155,7 +155,8 @@ def ids_tensor(ids: np.ndarray | None) -> torch.Tensor | None:
 def _results(result, image: np.ndarray, names: list[str]) -> Results:
     """The API's Results of one of the Predictor's ImageResults."""
     boxes = torch.from_numpy(np.ascontiguousarray(result.boxes))
-    return Results(boxes, names, result.shape, image, result.path, result.frame, ids_tensor(result.ids))
+    masks = result.masks if result.ids is None else None  # tracked boxes are the tracks', not the masks' detections
+    return Results(boxes, names, result.shape, image, result.path, result.frame, ids_tensor(result.ids), masks)
 
 
 def _is_sequence(source) -> bool:
@@ -223,8 +224,8 @@ class Detector:
         return images
 
     def _detect(self, name: str, image: np.ndarray, predictor: Predictor | None = None) -> Results:
-        boxes, _, _ = (predictor or self.predictor).predict(self._letterbox(name, image), image)
-        return Results(torch.from_numpy(boxes), self.names, image.shape[:2], image, name)
+        boxes, masks, _, _ = (predictor or self.predictor).predict_masks(self._letterbox(name, image), image)
+        return Results(torch.from_numpy(boxes), self.names, image.shape[:2], image, name, masks=masks)
 
     def stream(self, source, verbose: bool = False) -> Iterator[Results]:
         """One Results per image or frame of any source detect.py takes (a file, folder, glob, .txt list, video,

@@ -9,6 +9,7 @@ import torch
 
 from utils.errors import DetectError
 from utils.files import is_run_dir, reserve_run_dir
+from utils.infer.masks import InstanceMasks, draw_masks
 from utils.infer.outputs import crop_folder, file_ids, write_image, write_refusal
 from utils.infer.predict import detections_text
 from utils.plots import Annotator, colors, save_one_box
@@ -20,7 +21,9 @@ class Results:
 
     boxes is the (n, 6) tensor x1, y1, x2, y2, conf, class that detect.py computes; xyxy, xywhn, conf and cls are
     views of it. image is the original BGR image (kept for plot, save and crop); path names it ('image0' for
-    arrays, PIL images and tensors).
+    arrays, PIL images and tensors). masks: a segment model's, one per box, at the original size inside each box
+    (masks.full(i) the (h, w) mask, masks.polygon(i) / polygon_normalised(i) its largest outline); None for a
+    detector (utils/infer/masks.py).
     """
 
     boxes: torch.Tensor
@@ -30,6 +33,7 @@ class Results:
     path: str = "image0"
     frame: int = 0  # 1-based frame index for video and stream frames, 0 for images
     id: torch.Tensor | None = None  # (n,) track identities when tracking (Detector.track), else None
+    masks: InstanceMasks | None = None
 
     @property
     def xyxy(self) -> torch.Tensor:
@@ -64,7 +68,10 @@ class Results:
     def plot(self, line_width: int | None = None, labels: bool = True, conf: bool = True) -> np.ndarray:
         """A BGR copy of the image with the boxes (and 'class conf' labels) drawn, as detect.py draws them; the line
         width (None: scaled with the image, as detect.py's default) sets the label font's size too."""
-        annotator = Annotator(self.image.copy(), line_width=line_width)
+        image = self.image.copy()
+        if self.masks is not None:  # under the boxes, coloured by class as detect.py draws them
+            draw_masks(image, self.masks, [colors(int(c), bgr=True) for c in self.boxes[:, 5].tolist()])
+        annotator = Annotator(image, line_width=line_width)
         ids = [None] * len(self.boxes) if self.id is None else self.id.tolist()
         for (*xyxy, score, cls), track_id in zip(reversed(self.boxes.tolist()), reversed(ids)):
             name = self.names[int(cls)]
@@ -116,6 +123,8 @@ class Results:
         if self.id is not None:
             for box, track_id in zip(boxes, self.id.tolist()):
                 box["id"] = int(track_id)
+        for i, box in enumerate(boxes if self.masks is not None else []):  # the largest outline, in pixels
+            box["polygon"] = [[round(x, 2), round(y, 2)] for x, y in self.masks.polygon(i).tolist()]
         out = {"path": self.path, "height": self.orig_shape[0], "width": self.orig_shape[1], "boxes": boxes}
         return {**out, "frame": self.frame} if self.frame else out
 

@@ -115,6 +115,7 @@ def parse_metadata(raw: dict, path) -> dict:
         "dynamic": meta.get("dynamic", False) is True,
         "end2end": meta.get("end2end", False) is True,
         "family": meta.get("family") if isinstance(meta.get("family"), str) else None,
+        "task": meta.get("task") if isinstance(meta.get("task"), str) else None,  # models.nn.task.task_of_export
         "exporter": meta.get("exporter") if isinstance(meta.get("exporter"), str) else None,
         "precision": _precision(meta),
         "calibration_images": _positive_ints(meta.get("calibration_images") or 1, "calibration_images", path)[0]

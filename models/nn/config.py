@@ -28,7 +28,9 @@ from models.nn.blocks import (
 )
 from models.nn.common import C3, SPPF, Bottleneck, Concat, Conv, bottleneck_cost, c3_cost, conv_cost, sppf_cost
 from models.nn.family import Family, family_of_config
-from models.nn.head import AnchorFreeDetect, Detect, anchor_free_cost
+from models.nn.head import AnchorFreeDetect, Detect, anchor_free_cost, detect_cost
+from models.nn.segment import SEGMENT_COSTS, AnchorFreeSegment, AnchorFreeSegment26, Segment
+from models.nn.task import TASKS, task_of_config
 from utils.errors import ModelConfigError
 from utils.files import resolve_bare_name
 from utils.log import one_line
@@ -47,6 +49,10 @@ LAYERS = {
     "nn.BatchNorm2d": nn.BatchNorm2d,
     "Detect": Detect,
     "AnchorFreeDetect": AnchorFreeDetect,  # what a 'Detect' layer without anchors builds (YOLOv8, YOLO11, YOLO26)
+    "Segment": Segment,  # what each family's 'Segment' entry builds is its declaration (Family.segment_head)
+    "Segment26": AnchorFreeSegment26,  # Ultralytics' name for YOLO26's
+    "AnchorFreeSegment": AnchorFreeSegment,
+    "AnchorFreeSegment26": AnchorFreeSegment26,
     "DWConv": DWConv,
     "C2f": C2f,
     "C3k": C3k,
@@ -64,10 +70,13 @@ BLOCK_COSTS = {
     "C3k2": c3k2_cost,
     "C2PSA": c2psa_cost,
 }
+HEAD_COSTS = {"Detect": detect_cost, "AnchorFreeDetect": anchor_free_cost, **SEGMENT_COSTS}
 REPEATED_INSIDE = ("C3", "C2f", "C3k", "C3k2", "C2PSA")  # blocks that take the repeats as their third argument
 MAX_REG_MAX = 64  # DFL bins per box side (YOLOv8 and YOLO11 use 16, YOLO26 1)
-# 'yolo11s.yaml' is yolo11.yaml at scale s, as Ultralytics names its models
-SCALED_NAME = re.compile(r"(yolov?\d+)([nslmx])(\.ya?ml)")
+MAX_MASKS = 1024  # mask coefficients (prototypes) per object: every released segment model uses 32
+HEAD_ENTRIES = tuple(name for task in TASKS.values() for name in task.yaml_heads)  # what a YAML's last layer may be
+# 'yolo11s.yaml' is yolo11.yaml at scale s, 'yolo11s-seg.yaml' yolo11-seg.yaml (a task's), as Ultralytics names them
+SCALED_NAME = re.compile(r"(yolov?\d+)([nslmx])(-[a-z]+)?(\.ya?ml)")
 
 # Limits on a config, far above any real YOLOv5 model. The largest, yolov5x6, has 141M parameters, 34 layers, at
 # most 12 repeats per layer after depth_multiple 1.33 and width_multiple 1.25, 3 anchors per level; yolov5x's
@@ -109,7 +118,10 @@ def load_cfg(cfg: str | Path | dict) -> dict:
             raise ModelConfigError("the model config is nested too deeply") from None
     path, scale = resolve_bare_name(cfg, CFG_DIR, "cfg"), None
     if path is None and (named := SCALED_NAME.fullmatch(Path(cfg).name)):  # yolo11s.yaml: yolo11.yaml, scale s
-        path, scale = resolve_bare_name(Path(cfg).with_name(named[1] + named[3]), CFG_DIR, "cfg"), named[2]
+        path, scale = (
+            resolve_bare_name(Path(cfg).with_name(named[1] + (named[3] or "") + named[4]), CFG_DIR, "cfg"),
+            named[2],
+        )
     if path is None:
         raise FileNotFoundError(f"model config not found: {cfg}")
     if path.is_dir():
@@ -240,8 +252,8 @@ def _check_layer(i: int, layer, last: bool) -> None:
         raise ModelConfigError(f"unknown layer type {_short.repr(name)} in model config (layer {i})")
     if not isinstance(args, list):
         raise ModelConfigError(f"layer {i} ({name}): args must be a list, got {_short.repr(args)}")
-    if (name == "Detect") != last:
-        raise ModelConfigError(f"the last layer, and only it, must be Detect (layer {i} is {name})")
+    if (name in HEAD_ENTRIES) != last:
+        raise ModelConfigError(f"the last layer, and only it, must be Detect or Segment (layer {i} is {name})")
 
 
 class LayerPlan(NamedTuple):
@@ -261,7 +273,7 @@ def plan_layers(cfg: dict, ch: int = 3, family: Family | None = None) -> list[La
     family's head (the config's own family when none is given)."""
     cfg_layers = _check_cfg(cfg)
     gd, gw, max_channels, scale = model_scaling(cfg)
-    family = family or family_of_config(cfg)
+    family, task = family or family_of_config(cfg), task_of_config(cfg)
     nc, anchor_based = cfg["nc"], family.anchors
     anchors = cfg.get("anchors")
     na = len(anchors[0]) // 2 if isinstance(anchors, list) else anchors
@@ -269,8 +281,8 @@ def plan_layers(cfg: dict, ch: int = 3, family: Family | None = None) -> list[La
     kept_width = na * (nc + 5) if anchor_based else nc
     channels, plans, blocks = [ch], [], 0
     for i, (f, n, name, args) in enumerate(cfg_layers):
-        if (name in ("Concat", "Detect")) != isinstance(f, list):
-            need = "a list of layer indices" if name in ("Concat", "Detect") else "one layer index"
+        if (name in ("Concat", *HEAD_ENTRIES)) != isinstance(f, list):
+            need = "a list of layer indices" if name in ("Concat", *HEAD_ENTRIES) else "one layer index"
             raise ModelConfigError(f"layer {i} ({name}): 'from' must be {need}, got {_short.repr(f)}")
         # Official YAMLs write 'None', 'nc' and 'anchors' as bare words that YOLOv5 evaluates.
         args = [{"nc": nc, "anchors": anchors, "None": None}.get(a, a) if isinstance(a, str) else a for a in args]
@@ -281,9 +293,12 @@ def plan_layers(cfg: dict, ch: int = 3, family: Family | None = None) -> list[La
                 f"the config repeats more than {MAX_BLOCKS} blocks in all (layer {i} has {n} after "
                 f"depth_multiple {gd:g}); check 'depth_multiple' and the repeats"
             )
-        if name == "Detect" and not anchor_based:
-            name, args = family.head, _anchor_free_args(i, cfg, args, plans, family.end2end)
-        args, c2, n = _layer_args(i, name, args, n, [channels[x] for x in ([f] if isinstance(f, int) else f)])
+        inputs = [channels[x] for x in ([f] if isinstance(f, int) else f)]
+        if name in HEAD_ENTRIES:  # the head the family builds for the task, from the YAML's args
+            args, c2 = _head_args(i, cfg, args, plans, family, task.masks, (gw, max_channels), inputs), inputs[0]
+            name = task.head(family)
+        else:
+            args, c2, n = _layer_args(i, name, args, n, inputs)
         if name in BLOCK_COSTS and c2 != kept_width:
             c2 = make_divisible(min(c2, max_channels) * gw, 8)
             args[1] = c2
@@ -295,6 +310,34 @@ def plan_layers(cfg: dict, ch: int = 3, family: Family | None = None) -> list[La
             channels = []
         channels.append(c2)
     return plans
+
+
+def _head_args(i, cfg: dict, args: list, plans: list[LayerPlan], family: Family, masks: bool, scaling, inputs) -> list:
+    """The head's constructor args from its YAML args: YOLOv5's [nc, anchors] (a segment head's [nc, anchors, nm,
+    npr]) as [nc, anchor levels] (then nm, npr); an anchor-free head's [nc] (segment: [nc, nm, npr]) as [nc,
+    reg_max, end2end, legacy] (then nm, npr); then the input channels. The prototypes' width npr scales as a
+    layer's channels do (scaling: width multiple, channel cap)."""
+    gw, cap = scaling
+    kept = 2 if family.anchors else 1
+    if masks:
+        if len(args) != kept + 2 or not all(_whole(a, 1) for a in args[kept:]) or args[kept] > MAX_MASKS:
+            raise ModelConfigError(
+                f"layer {i} (Segment): the mask arguments after {'[nc, anchors]' if family.anchors else '[nc]'} "
+                f"must be [masks, prototype channels] (masks <= {MAX_MASKS}), got {_short.repr(args[kept:])}"
+            )
+        if args[kept + 1] > MAX_CHANNELS:
+            raise ModelConfigError(
+                f"layer {i} (Segment): {args[kept + 1]} prototype channels, more than {MAX_CHANNELS}"
+            )
+        masks_args = [args[kept], make_divisible(min(args[kept + 1], cap) * gw, 8)]
+        args = args[:kept]
+    else:
+        masks_args = []
+    if family.anchors:
+        _check_detect_args(i, args, len(inputs))
+        levels = args[1] if isinstance(args[1], list) else [list(range(args[1] * 2))] * len(inputs)
+        return [args[0], levels, *masks_args, inputs]
+    return [*_anchor_free_args(i, cfg, args, plans, family.end2end), *masks_args, inputs]
 
 
 def _anchor_free_args(i: int, cfg: dict, args: list, plans: list[LayerPlan], end2end: bool) -> list:
@@ -329,12 +372,6 @@ def _layer_args(i: int, name: str, args: list, n: int, inputs: list[int]) -> tup
         return [inputs[0]], inputs[0], n
     if name == "Concat":
         return args, sum(inputs), n
-    if name == "AnchorFreeDetect":
-        return [*args, inputs], inputs[0], n
-    if name == "Detect":
-        _check_detect_args(i, args, len(inputs))
-        levels = args[1] if isinstance(args[1], list) else [list(range(args[1] * 2))] * len(inputs)
-        return [args[0], levels, inputs], inputs[0], n
     return args, inputs[0], n
 
 
@@ -355,13 +392,8 @@ def _layer_cost(plan: LayerPlan, sizes: list[int]) -> tuple[int, int, int, int]:
     numbers = args if name in BLOCK_COSTS else args[:2] if name == "nn.Upsample" else []
     if any(not _finite_number(a) for a in numbers):  # a string times a channel count would be a huge string
         raise TypeError("its sizes must be finite numbers")
-    if name == "AnchorFreeDetect":
-        return (*anchor_free_cost(sizes, *args), 0)
-    if name == "Detect":
-        nc, levels, inputs = args
-        no = len(levels[0]) // 2 * (nc + 5)
-        maps = [no * s * s for s in sizes]
-        return sum(c * no + no for c in inputs), sum(c * m for c, m in zip(inputs, maps)), sum(maps), 0
+    if name in HEAD_COSTS:
+        return (*HEAD_COSTS[name](sizes, *args), 0)
     if name == "nn.Upsample":
         size = args[0] if args and args[0] is not None else math.floor(sizes[0] * args[1])
         return 0, 0, c2 * size * size, size

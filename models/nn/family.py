@@ -20,6 +20,7 @@ class Family:
     name: str  # recorded in checkpoints and export metadata
     title: str  # for people: "YOLOv5", "YOLOv8/YOLO11", "YOLO26"
     head: str  # the layer class a YAML's Detect entry builds (models/nn/head.py)
+    segment_head: str  # the layer class a YAML's Segment entry builds (models/nn/segment.py)
     anchors: bool  # anchor-based head: the YAML lists anchors and AutoAnchor fits them before training
     end2end: bool  # eval output is final (B, k, 6) detections, thresholded without NMS
     pixel_boxes: bool  # detections rounded to whole pixels, as the family's own detect does
@@ -44,6 +45,7 @@ YOLOV5 = Family(
     name="yolov5",
     title="YOLOv5",
     head="Detect",
+    segment_head="Segment",
     anchors=True,
     end2end=False,
     pixel_boxes=True,
@@ -62,6 +64,7 @@ YOLOV8 = Family(
     name="yolov8",
     title="YOLOv8/YOLO11",
     head="AnchorFreeDetect",
+    segment_head="AnchorFreeSegment",
     anchors=False,
     end2end=False,
     pixel_boxes=False,
@@ -80,6 +83,7 @@ YOLO26 = replace(  # its head outputs its top 300 (models/nn/head.py AnchorFreeD
     YOLOV8,
     name="yolo26",
     title="YOLO26",
+    segment_head="AnchorFreeSegment26",  # its prototypes are made from all three levels (and a training-only branch)
     end2end=True,
     loss="end2end",
     max_det=300,

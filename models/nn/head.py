@@ -50,11 +50,12 @@ class Detect(nn.Module):
         dtype = torch.float32 if p.dtype == torch.bfloat16 else p.dtype
         grid, anchor_grid = self._grid(i, nx, ny, dtype, p.device)
         # Decoded in float32 at least: under bfloat16 autocast (8-bit mantissa) box coordinates would be off by pixels.
-        y = (p.float() if p.dtype == torch.bfloat16 else p).sigmoid()
+        # Only the box, objectness and class channels: a segment head's mask coefficients follow them, raw.
+        y = (p[..., : self.nc + 5].float() if p.dtype == torch.bfloat16 else p[..., : self.nc + 5]).sigmoid()
         xy, wh, rest = y.split((2, 2, self.nc + 1), 4)
         xy = (xy * 2 + grid) * self.stride[i]
         wh = (wh * 2) ** 2 * anchor_grid
-        return torch.cat((xy, wh, rest), 4).view(bs, -1, self.no)
+        return torch.cat((xy, wh, rest), 4).view(bs, -1, self.nc + 5)
 
     def _grid(self, i: int, nx: int, ny: int, dtype: torch.dtype, device: torch.device):
         key = (i, nx, ny, dtype, device)
@@ -135,14 +136,21 @@ class AnchorFreeDetect(nn.Module):
                 return maps
             detached = [xi.detach() for xi in x]
             return {"one2many": maps, "one2one": self._maps(detached, self.one2one_cv2, self.one2one_cv3)}
+        predictions, maps, _ = self.predict(x)
+        return predictions, maps
+
+    def predict(self, x: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
+        """Eval outputs: (predictions, maps, cells), cells (B, k) the prediction each end-to-end row comes from (a
+        placeholder row's is >= N), None for one-to-many predictions (one per cell, in order)."""
         if self.end2end and self.has_one2one:
             maps = self._maps(x, self.one2one_cv2, self.one2one_cv3)
             boxes, scores = self.decode(maps, corners=True)
-            return top_detections(boxes, scores, self.max_det), maps
+            detections, cells = top_cells(boxes, scores, self.max_det)
+            return detections, maps, cells
         maps = self._maps(x, self.cv2, self.cv3)
         boxes, scores = self.decode(maps)
         objectness = torch.ones_like(scores[:, :1])
-        return torch.cat((boxes, objectness, scores), 1).transpose(1, 2), maps
+        return torch.cat((boxes, objectness, scores), 1).transpose(1, 2), maps, None
 
     def decode(self, maps: list[torch.Tensor], corners: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(boxes (B, 4, N) in input pixels, xywh or corners, class probabilities (B, nc, N)), levels in order,
@@ -195,6 +203,11 @@ def top_detections(boxes: torch.Tensor, scores: torch.Tensor, max_det: int) -> t
     A cell may appear once per class. Boxes (B, 4, N) are corners; scores (B, nc, N). max_det placeholder cells
     (score -1, below any threshold) go after the real ones, so k is max_det whatever N is: a traced export keeps
     no k computed from its trace size's N (too many for a smaller input, too few for a larger one)."""
+    return top_cells(boxes, scores, max_det)[0]
+
+
+def top_cells(boxes: torch.Tensor, scores: torch.Tensor, max_det: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """top_detections' (B, k, 6) rows and the cell each comes from (B, k); a placeholder's cell is >= N."""
     bs, nc = scores.shape[:2]
     scores = torch.cat((scores, scores.new_full((bs, nc, max_det), -1.0)), 2).transpose(1, 2)  # (B, N + k, nc)
     boxes = torch.cat((boxes, boxes.new_zeros((bs, 4, max_det))), 2)
@@ -204,7 +217,7 @@ def top_detections(boxes: torch.Tensor, scores: torch.Tensor, max_det: int) -> t
     top, flat = candidates.flatten(1).topk(k, 1)
     cells = best_cells.gather(1, torch.div(flat, nc, rounding_mode="floor"))
     corners = boxes.transpose(1, 2).gather(1, cells[..., None].expand(-1, -1, 4))
-    return torch.cat((corners, top[..., None], (flat % nc)[..., None].to(top.dtype)), 2)
+    return torch.cat((corners, top[..., None], (flat % nc)[..., None].to(top.dtype)), 2), cells
 
 
 def set_end2end(model: nn.Module, enabled: bool) -> None:
@@ -249,3 +262,11 @@ def anchor_free_cost(sizes: list[int], nc: int, reg_max: int, end2end, legacy, c
         params, macs, elements = 2 * params, 2 * macs, 2 * elements
     points = sum(s * s for s in sizes)
     return params + (reg_max if reg_max > 1 else 0), macs, elements + points * (5 + nc)
+
+
+def detect_cost(sizes: list[int], nc: int, levels: list, ch: list[int], extra: int = 0) -> tuple[int, int, int]:
+    """(parameters, multiply-adds, output elements) of a Detect on maps of these sizes; extra channels per anchor
+    (a segment head's mask coefficients) besides boxes, objectness and classes."""
+    no = len(levels[0]) // 2 * (nc + 5 + extra)
+    maps = [no * s * s for s in sizes]
+    return sum(c * no + no for c in ch), sum(c * m for c, m in zip(ch, maps)), sum(maps)

@@ -11,6 +11,8 @@ from models.nn.common import Conv
 from models.nn.config import LAYERS, PROBE_SIZE, LayerPlan, check_model_cost, load_cfg, plan_layers, short_repr
 from models.nn.family import Family, family_of_config
 from models.nn.head import is_end2end, set_end2end
+from models.nn.segment import detection_maps
+from models.nn.task import Task, task_of_config
 from utils.errors import ModelConfigError
 from utils.log import one_line
 
@@ -50,8 +52,9 @@ class Model(nn.Module):
     AnchorFreeDetect.forward (YOLOv8, YOLO11, YOLO26) for the outputs: in eval both give (B, N, 5 + nc) predictions
     for NMS first, except an end-to-end head (end2end True), whose (B, k, 6) detections are final.
 
-    family (models/nn/family.py) is decided here once, from the config unless a checkpoint recorded it; imgsz is the
-    training image size a checkpoint recorded (None for a model built from a YAML)."""
+    family (models/nn/family.py) is decided here once, from the config unless a checkpoint recorded it; task
+    (models/nn/task.py) from the config's head entry (a segment head's eval outputs are models.nn.segment.MaskOutputs);
+    imgsz is the training image size a checkpoint recorded (None for a model built from a YAML)."""
 
     def __init__(
         self,
@@ -60,6 +63,7 @@ class Model(nn.Module):
         nc: int | None = None,
         anchors=None,
         family: Family | None = None,
+        task: Task | None = None,
     ):
         super().__init__()
         self.yaml = load_cfg(cfg)
@@ -68,14 +72,16 @@ class Model(nn.Module):
         if anchors is not None:
             self.yaml["anchors"] = anchors
         self.family = family or family_of_config(self.yaml)
+        self.task = task_of_config(self.yaml)  # the head a config builds is its task's; a recorded one must agree
+        if task is not None and task is not self.task:
+            raise ModelConfigError(f"the config describes a {self.task.name} model, not a {task.name} one")
         self.imgsz: int | None = None
         self.model, self.save = parse_model(self.yaml, ch=ch, family=self.family)
         self.names = [str(i) for i in range(self.yaml["nc"])]
         detect = self.model[-1]
         # Strides from a dry run: input size over each output map's size.
         probe = PROBE_SIZE  # the limits in check_model_cost bound this run's work and memory
-        maps = self._dry_run(torch.zeros(1, ch, probe, probe))
-        maps = maps["one2many"] if isinstance(maps, dict) else maps  # YOLO26 trains two branches
+        maps = detection_maps(self._dry_run(torch.zeros(1, ch, probe, probe)))
         detect.stride = torch.tensor([probe / m.shape[-2] for m in maps])
         if not self.family.anchors:
             detect.initialize_biases()

@@ -21,9 +21,10 @@ from torch import nn
 
 from models.nn.config import MAX_CLASSES, config_parameters, short_repr
 from models.nn.family import family_of_checkpoint, family_of_config
+from models.nn.task import task_of_checkpoint, task_of_config
 from models.nn.yolo import Model
 from models.weights.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
-from models.weights.tensor_checks import check_file_tensors, check_probe_outputs, check_weights
+from models.weights.tensor_checks import check_file_tensors, check_probe_outputs, check_weights, probe_image
 from utils.downloads import attempt_download_weights
 from utils.errors import CheckpointError, ModelConfigError, YoloError
 from utils.log import one_line
@@ -142,6 +143,7 @@ def _from_official(ckpt: dict, where: str, size: int) -> dict:
         "yaml": cfg,
         "names": _names_list(record.__dict__.get("names"), nc, where),
         "family": family.name,
+        "task": task_of_config(cfg).name,
         "source": "yolov5" if family.anchors else "ultralytics",
         "train_args": {"imgsz": training_size(ckpt)} if training_size(ckpt) else {},
     }
@@ -179,8 +181,9 @@ def load_checkpoint(path: str | Path) -> dict:
     if ckpt.get("format") == FORMAT:
         check_tensor_bytes(tensors, size, where)
         ckpt["names"] = _names_list(ckpt.get("names"), _config_nc(ckpt.get("yaml"), where), where)
-        try:  # recorded since families were declared; older files are recognised by their config, once, here
+        try:  # recorded since families (and tasks) were declared; older files are recognised by their config, here
             ckpt["family"] = family_of_checkpoint(ckpt).name
+            ckpt["task"] = task_of_checkpoint(ckpt).name
         except ModelConfigError as e:
             raise CheckpointError(f"{where}: {one_line(e)}") from None
     elif isinstance(ckpt.get("model"), Record) or isinstance(ckpt.get("ema"), Record):
@@ -213,7 +216,7 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
     """Build a float32 Model of the checkpoint's family from a loaded checkpoint dict and load its weights; the model
     keeps the image size it was trained at (model.imgsz; None when the file does not say)."""
     try:
-        model = Model(ckpt["yaml"], family=family_of_checkpoint(ckpt))
+        model = Model(ckpt["yaml"], family=family_of_checkpoint(ckpt), task=task_of_checkpoint(ckpt))
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError, ZeroDivisionError) as e:
         reason = one_line(e) if isinstance(e, YoloError) else f"{e.__class__.__name__}: {one_line(e)}"
         raise CheckpointError(f"{where} holds an unsupported model config: {reason}") from None
@@ -224,10 +227,29 @@ def model_from_checkpoint(ckpt: dict, where: str = "checkpoint") -> Model:
         raise CheckpointError(f"{where}: weights do not match its config: {mismatch}")
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=False)
     check_probe_outputs(model, int(model.stride.max()), where)  # finite weights can still make NaN outputs
+    _check_mask_outputs(model, where)
     model.names = list(ckpt["names"])
     model.imgsz = training_size(ckpt)
     model.model[-1]._grids = {}
     return model
+
+
+def _check_mask_outputs(model: Model, where: str) -> None:
+    """A segment model's mask coefficients and prototypes on the probe image, finite (check_probe_outputs sees the
+    predictions only): NaN prototypes would give every detection an empty mask, silently."""
+    if not model.task.masks:
+        return
+    training = model.training
+    try:
+        with torch.no_grad():
+            out = model.eval()(probe_image(int(model.stride.max())))
+    finally:
+        model.train(training)
+    if not (torch.isfinite(out.coefficients).all() and torch.isfinite(out.protos).all()):
+        raise CheckpointError(
+            f"{where}: the model's mask coefficients or prototypes on a probe image are NaN or infinite although "
+            "every weight is finite (weights that overflow, or damaged statistics); refusing it"
+        )
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", fuse: bool = True) -> Model:
@@ -258,6 +280,7 @@ def checkpoint_dict(model: Model, **extra) -> dict:
         "yaml": unwrapped.yaml,
         "names": list(unwrapped.names),
         "family": unwrapped.family.name,
+        "task": unwrapped.task.name,
         "stride": [float(s) for s in unwrapped.stride],
         **extra,
     }

@@ -44,15 +44,31 @@ _SAFE_NAMES = {
     "pathlib.WindowsPath",
 }
 _SAFE_PREFIXES_NUMPY = ("numpy.dtypes.",)
-# The classes a checkpoint of the `ultralytics` package names for the detection models this code builds, by their
-# module (8.1 and later) or by the single module of 8.0; any other ultralytics class (another task, a block we do
-# not build) is refused by name.
+# The classes a checkpoint of the `ultralytics` package names for the detection and segmentation models this code
+# builds, by their module (8.1 and later) or by the single module of 8.0; any other ultralytics class (another task,
+# a block we do not build) is refused by name.
 _ULTRALYTICS_MODULES = {
     "conv": ("Conv", "DWConv", "Concat"),
-    "block": ("C2f", "C3", "C3k", "C3k2", "C2PSA", "PSABlock", "Attention", "Bottleneck", "SPPF", "DFL"),
-    "head": ("Detect",),
+    "block": (
+        "C2f",
+        "C3",
+        "C3k",
+        "C3k2",
+        "C2PSA",
+        "PSABlock",
+        "Attention",
+        "Bottleneck",
+        "SPPF",
+        "DFL",
+        "Proto",
+        "Proto26",
+    ),
+    "head": ("Detect", "Segment", "Segment26"),
 }
-_SAFE_NAMES |= {"ultralytics.nn.tasks.DetectionModel", "ultralytics.utils.IterableSimpleNamespace"}
+_ULTRALYTICS_MODELS = ("DetectionModel", "SegmentationModel")
+_SAFE_NAMES |= {f"ultralytics.nn.tasks.{m}" for m in _ULTRALYTICS_MODELS} | {
+    "ultralytics.utils.IterableSimpleNamespace"
+}
 _SAFE_NAMES |= {f"ultralytics.nn.modules.{m}.{c}" for m, classes in _ULTRALYTICS_MODULES.items() for c in classes}
 _SAFE_NAMES |= {f"ultralytics.nn.modules.{c}" for classes in _ULTRALYTICS_MODULES.values() for c in classes}
 
@@ -79,7 +95,10 @@ _END64 = struct.Struct("<4sQ2H2L4Q")
 
 
 class Record:
-    """Inert stand-in for a class named in a checkpoint: keeps its state, runs nothing."""
+    """Inert stand-in for a class named in a checkpoint: keeps its state, runs nothing. Each name the file gives
+    maps to a subclass of its own (_record_class), which says what it stands for (source)."""
+
+    source = ""
 
     def __new__(cls, *args, **kwargs):
         return super().__new__(cls)
@@ -94,8 +113,34 @@ class Record:
             self._state = state
 
 
+# The one attribute look-up a checkpoint may make: YOLOv5 v7.0's Segment keeps Detect.forward as an attribute, so
+# its pickles (every released yolov5*-seg.pt) call getattr(models.yolo.Detect, "forward").
+_GETATTR = "builtins.getattr"
+_ALLOWED_GETATTR = ("models.yolo.Detect", "forward")
+
+
+def _record_class(name: str) -> type:
+    """An inert Record subclass standing for the class the file names."""
+    return type(name.rsplit(".", 1)[-1], (Record,), {"source": name})
+
+
+class _RefusedCall(Exception):
+    """A call in the pickle that no model checkpoint makes."""
+
+
+def _getattr_of_detect_forward(owner, attribute):
+    """The stand-in for builtins.getattr: the one call YOLOv5's segment pickles make gives an inert placeholder (the
+    method is never used: the model is rebuilt from its config); any other call refuses the file."""
+    if (getattr(owner, "source", None), attribute) == _ALLOWED_GETATTR and isinstance(owner, type):
+        return None
+    target = getattr(owner, "source", None) or type(owner).__name__
+    raise _RefusedCall(
+        f"it calls getattr({target[:60]}, {str(attribute)[:40]!r}), which a model checkpoint never needs"
+    )
+
+
 def _is_allowed(name: str) -> bool:
-    return name.startswith(_SAFE_PREFIXES + _SAFE_PREFIXES_NUMPY) or name in _SAFE_NAMES
+    return name.startswith(_SAFE_PREFIXES + _SAFE_PREFIXES_NUMPY) or name in _SAFE_NAMES or name == _GETATTR
 
 
 def _torch_reason(e: Exception) -> str:
@@ -245,8 +290,11 @@ def _torch_load_safely(f, path: Path) -> object:
             )
         try:
             f.seek(0)
-            with torch.serialization.safe_globals([(Record, n) for n in names]):
+            stand_ins = [(_getattr_of_detect_forward if n == _GETATTR else _record_class(n), n) for n in names]
+            with torch.serialization.safe_globals(stand_ins):
                 return torch.load(f, map_location="cpu", weights_only=True)
+        except _RefusedCall as e:
+            raise CheckpointError(f"refusing to load {path}: {e} (nothing from the file was run)") from None
         except Exception as e:
             raise _refused(path, _torch_reason(e)) from None
 

@@ -122,3 +122,20 @@ def test_nms_kernel_is_torchvisions_and_commands_start_without_the_package():
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == ["False", "False"], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("multi_label", [False, True])
+def test_nms_carries_extra_columns_with_their_boxes(multi_label):
+    """A segment model's mask coefficients ride after the classes: the same boxes as without them, each with its
+    own row's extra values (here the row's index, twice)."""
+    pred = _raw_predictions()
+    rows = torch.arange(pred.shape[1], dtype=torch.float32)[None, :, None]
+    with_extra = torch.cat((pred, rows, rows * 2), 2)
+    plain = non_max_suppression(pred, 0.1, 0.5, multi_label=multi_label)[0]
+    out = non_max_suppression(with_extra, 0.1, 0.5, multi_label=multi_label, extra=2)[0]
+    assert out.shape == (len(plain), 8) and torch.equal(out[:, :6], plain)
+    source = xywh2xyxy(pred[0, out[:, 6].long(), :4])
+    assert torch.equal(out[:, :4], source) and torch.equal(out[:, 7], out[:, 6] * 2)
+    empty = with_extra.clone()
+    empty[..., 4] = 0
+    assert non_max_suppression(empty, 0.25, 0.45, extra=2)[0].shape == (0, 8)

@@ -18,6 +18,7 @@ import torch
 
 from utils.errors import DetectError, RunFolderError
 from utils.files import increment_path, is_run_dir
+from utils.infer.masks import draw_masks, polygon_rows
 from utils.infer.predict import Prediction
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER
@@ -320,7 +321,8 @@ class Outputs:
             self.tracks.write(tracked, result.boxes, self.may_write)
         if not (o.save_img or o.save_crop or self.view):
             return True
-        annotated = self._draw(prediction.image, result.boxes, name, None if tracked is None else tracked.ids)
+        ids, masks = (None, result.masks) if tracked is None else (tracked.ids, None)  # masks follow detections
+        annotated = self._draw(prediction.image, result.boxes, name, ids, masks)
         video_file = self.save_dir / f"{stem}.mp4"
         if o.save_img and result.frame == 0:
             write_image(self.save_dir / f"{name}{Path(result.path).suffix}", annotated, self.may_write)
@@ -334,17 +336,22 @@ class Outputs:
     def _write_labels(self, file: Path, result, tracked: Tracked | None) -> None:
         boxes = torch.from_numpy(result.boxes).flip(0)  # lowest confidence first, as YOLOv5 writes them
         write_yolo_labels(file, boxes, result.shape, self.options.save_conf)  # a new file each time, not appended
+        if result.masks is not None and tracked is None:  # a segment model's: polygon rows (utils/infer/masks.py)
+            rows = polygon_rows(result.masks, result.boxes, self.options.save_conf, lowest_first=True)
+            file.write_text("".join(f"{row}\n" for row in rows))
         if tracked is not None:  # the track id as the last column of each row (rows are in the order written)
             lines = file.read_text().splitlines()
             ids = tracked.ids[::-1].tolist()
             file.write_text("".join(f"{line} {int(i)}\n" for line, i in zip(lines, ids)))
         self.labels.add(file)
 
-    def _draw(self, image: np.ndarray, boxes: np.ndarray, name: str, ids: np.ndarray | None = None) -> np.ndarray:
+    def _draw(self, image: np.ndarray, boxes: np.ndarray, name: str, ids: np.ndarray | None = None, masks=None):
         """Boxes and labels drawn on image (in place); crops saved from an untouched copy first. With ids, each box
         is labelled 'id:<n>' first and coloured by its identity, so one object keeps its colour from frame to frame."""
         o = self.options
         crop_source = image.copy() if o.save_crop else None
+        if masks is not None and (o.save_img or self.view):  # under the boxes, coloured as they are
+            draw_masks(image, masks, [colors(int(c), bgr=True) for c in boxes[:, 5]])
         annotator = Annotator(image, line_width=o.line_thickness)
         id_list = [None] * len(boxes) if ids is None else ids.tolist()
         for (*xyxy, conf, cls), track_id in zip(reversed(boxes.tolist()), reversed(id_list)):

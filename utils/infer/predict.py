@@ -20,6 +20,7 @@ from utils.boxes import end2end_detections, non_max_suppression, scale_boxes
 from utils.cli import float_in, int_in
 from utils.data.augment import check_img_size
 from utils.errors import DetectError
+from utils.infer.masks import InstanceMasks, instance_masks
 from utils.infer.sources import Source, load_sources
 from utils.log import LOGGER, speed_line
 from utils.torch_utils import time_sync
@@ -96,6 +97,7 @@ class ImageResult:
     boxes: np.ndarray  # (n, 6): x1, y1, x2, y2, conf, class; highest confidence first
     inference_ms: float
     ids: np.ndarray | None = None  # (n,) track identities when tracking (then boxes are the tracked boxes)
+    masks: InstanceMasks | None = None  # a segment model's, one per box (utils/infer/masks.py)
 
 
 @dataclass
@@ -243,6 +245,10 @@ class Predictor:
         # What the model's family (models/nn/family.py) decides: final detections without NMS (YOLO26's end-to-end
         # head), boxes rounded to whole pixels (YOLOv5's detect rounds them)
         self.family = model.family
+        # What the model's task (models/nn/task.py) decides: a segment model's outputs carry mask coefficients and
+        # prototypes. A backend that records no task (an export, an ensemble, a stand-in) is a detector.
+        task = getattr(model, "task", None)
+        self.masks = task is not None and task.masks
         options = self.options
         self.classes = self._checked_classes(options.classes)
         self.img_size, self.auto = inference_size(options.img_size, self.stride), True
@@ -289,23 +295,35 @@ class Predictor:
         x = x[None]
         return x.contiguous(memory_format=torch.channels_last) if self.precision.channels_last else x
 
-    def nms(self, pred: torch.Tensor) -> torch.Tensor:
-        """(n, 6) detections of one image's raw predictions, highest confidence first."""
+    def nms(self, pred: torch.Tensor, extra: int = 0) -> torch.Tensor:
+        """(n, 6) detections of one image's raw predictions, highest confidence first; the last `extra` columns of
+        a prediction (mask coefficients) follow their boxes, as (n, 6 + extra)."""
         o = self.options
         if self.family.end2end:
             return end2end_detections(pred, o.conf_thres, self.classes, o.max_det)[0]
-        return non_max_suppression(pred, o.conf_thres, o.iou_thres, self.classes, o.agnostic, max_det=o.max_det)[0]
+        return non_max_suppression(
+            pred, o.conf_thres, o.iou_thres, self.classes, o.agnostic, max_det=o.max_det, extra=extra
+        )[0]
 
-    def _timed(self, im: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[float, float, float]]:
-        """(input tensor, detections, (pre-process, inference, NMS) seconds) for one letterboxed image."""
+    def _raw(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The model's predictions of x (a segment model's rows with their mask coefficients appended) and its
+        prototypes (None when the task has no masks)."""
+        out = self.model(x)
+        if not self.masks:
+            return out[0].float(), None
+        return torch.cat((out[0].float(), out.coefficients.float()), 2), out.protos
+
+    def _timed(self, im: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[float]]:
+        """(input tensor, detections, prototypes or None, [pre-process, inference, NMS] seconds) for one
+        letterboxed image."""
         t0 = time_sync(self.device)
         x = self.preprocess(im)
         t1 = time_sync(self.device)
-        pred = self.model(x)[0].float()
+        pred, protos = self._raw(x)
         t2 = time_sync(self.device)
-        det = self.nms(pred)
+        det = self.nms(pred, extra=0 if protos is None else protos.shape[1])
         t3 = time_sync(self.device)
-        return x, det, (t1 - t0, t2 - t1, t3 - t2)
+        return x, det, protos, [t1 - t0, t2 - t1, t3 - t2]
 
     def warm_up(self, im: np.ndarray) -> None:
         """One untimed pass (pre-process, forward, NMS) on zeros of im's shape. Speed honesty: it pays the one-off
@@ -315,16 +333,28 @@ class Predictor:
 
     def predict(self, im: np.ndarray, original: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], tuple]:
         """(boxes (n, 6) in original pixels, input shape, times) for one letterboxed image; counted in the totals."""
+        boxes, _, input_shape, times = self.predict_masks(im, original)
+        return boxes, input_shape, times
+
+    def predict_masks(self, im: np.ndarray, original: np.ndarray) -> tuple:
+        """predict()'s boxes, with a segment model's masks at the original resolution (None for detection): (boxes,
+        masks, input shape, times); the masks' time is counted with NMS (post-processing)."""
         with torch.inference_mode(), self.precision.autocast:
-            x, det, times = self._timed(im)
+            x, det, protos, times = self._timed(im)
             det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], original.shape)
             if self.family.pixel_boxes:
                 det[:, :4] = det[:, :4].round()
+            masks = None
+            if protos is not None:
+                t0 = time_sync(self.device)
+                masks = instance_masks(protos[0], det[:, 6:], det[:, :4].cpu().numpy(), x.shape[2:], original.shape[:2])
+                times[2] += time_sync(self.device) - t0
+        boxes, times = det[:, :6].cpu().numpy(), tuple(times)
         self.totals = [t + dt for t, dt in zip(self.totals, times)]
         self.count += 1
         if tuple(x.shape) not in self.shapes:
             self.shapes.append(tuple(x.shape))
-        return det.cpu().numpy(), tuple(x.shape), times
+        return boxes, masks, tuple(x.shape), times
 
     def stream(self, source: str | Path | Source, verbose: bool = True, frames: bool = False) -> Iterator[Prediction]:
         """One Prediction per readable image or frame of source (logged as it goes when verbose); frames=True reads
@@ -341,12 +371,12 @@ class Predictor:
             index = getattr(loader, "index", 0)
             frame = frame + 1 if video and index == last_input else int(video)  # images are frame 0
             last_input = index
-            boxes, input_shape, times = self.predict(im, original)
+            boxes, masks, input_shape, times = self.predict_masks(im, original)
             if verbose:
                 h, w = input_shape[2:]
                 text = detections_text(boxes, self.names)
                 LOGGER.info("%s%dx%d %s%.1fms", log, h, w, text, times[1] * 1e3)
-            result = ImageResult(path, frame, original.shape[:2], boxes, times[1] * 1e3)
+            result = ImageResult(path, frame, original.shape[:2], boxes, times[1] * 1e3, masks=masks)
             yield Prediction(result, original, video, capture, getattr(loader, "fps", 30.0), input_shape, times)
 
 
