@@ -137,12 +137,15 @@ def _make_model(cfg, nc: int, anchors: int | None, family: Family | None = None)
     """Model(cfg) for nc classes (of the family a checkpoint recorded, else the config's), or TrainError naming what
     in the config is unusable."""
     try:
-        return Model(cfg, ch=3, nc=nc, anchors=anchors, family=family)
+        model = Model(cfg, ch=3, nc=nc, anchors=anchors, family=family)
     except FileNotFoundError as e:
         raise TrainError(str(e)) from None
     except (KeyError, ValueError, TypeError, IndexError) as e:
         where = "" if isinstance(cfg, dict) else f" {cfg}"
         raise TrainError(f"unusable model config{where}: {one_line(e)}") from None
+    if (key := model.task.loss_key(model.family)) not in LOSSES:  # a task whose loss is not written yet
+        raise TrainError(f"training {model.task.title} models is not supported yet (no '{key}' loss)")
+    return model
 
 
 def freeze_layers(model: nn.Module, freeze: list[int]) -> None:
@@ -204,7 +207,8 @@ def check_hyp_fits(family: Family, hyp: dict, hyp_file: str) -> None:
 def build_loss(model: nn.Module, hyp: dict, epochs: int = 1):
     """The training loss of the model's family: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
     EndToEndLoss (YOLO26's two branches; epochs paces its branch weights)."""
-    loss = LOSSES[de_parallel(model).family.loss]
+    bare = de_parallel(model)
+    loss = LOSSES[bare.task.loss_key(bare.family)]
     return loss(model, hyp, epochs) if loss is EndToEndLoss else loss(model, hyp)
 
 
