@@ -31,21 +31,39 @@ REMOVED_MEMORY = 1000  # identities of removed tracks remembered (a lost list en
 class TtTrack(Track):
     """A track with TrackTrack's memory: its last boxes by frame, corner velocities and previous score."""
 
-    def __init__(self, row: np.ndarray, box: np.ndarray):
+    def __init__(self, row: np.ndarray, score32: np.float32):
         super().__init__(row[:4], row[4], row[5], int(row[6]))
-        self.box32 = box  # the detection as the reference holds it (float32; self.box is the row as given)
-        self.score32 = np.float32(row[4])
-        self.prev_score = self.score32
+        self.score32 = self.prev_score = score32  # scores as the reference holds them (float32)
         self.tracklet_len = 0
         self.velocity = np.zeros((4, 2), np.float32)
-        self.history: deque = deque(maxlen=DELTA_T + 1)
+        self.history: dict[int, np.ndarray] = {}  # box by frame, the last DELTA_T + 1 frames it was seen on
+        self.last_box: np.ndarray | None = None
+
+    def remember(self, frame_id: int, box: np.ndarray) -> None:
+        self.history[frame_id] = self.last_box = box
+        if len(self.history) > DELTA_T + 1:
+            del self.history[min(self.history)]
 
     def box_back(self, frame_id: int, dt: int) -> np.ndarray:
         """The box of frame_id - dt, else the last one remembered."""
-        for fid, box in self.history:
-            if fid == frame_id - dt:
-                return box
-        return self.history[-1][1] if self.history else self.xyxy
+        return self.history.get(frame_id - dt, self.last_box)
+
+
+class Detections:
+    """One frame's detections for TrackTrack: rows x1, y1, x2, y2, score, cls, index (-1: recovered), and the boxes
+    and scores in float32 as the reference holds them; confident ones first, then weak, then recovered."""
+
+    def __init__(self, rows: np.ndarray, n_high: int, n_low: int):
+        self.rows, self.n_high, self.n_low = rows, n_high, n_low
+        self.box32 = detection_xyxy(rows[:, :4])
+        self.score32 = rows[:, 4].astype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def subset(self, index) -> "Detections":
+        index = np.asarray(index, np.int64)
+        return Detections(self.rows[index], int((index < self.n_high).sum()), 0)
 
 
 class TrackTrack:
@@ -66,8 +84,7 @@ class TrackTrack:
         self._ids = itertools.count(1)
         self.camera.reset()
 
-    def _detections(self, detections, recovered) -> tuple[list[TtTrack], int, int]:
-        """Confident, weak and recovered detections as new tracks (in that order) and how many of the first two."""
+    def _detections(self, detections, recovered) -> Detections:
         d = np.asarray(detections, np.float64).reshape(-1, 6)
         d = np.concatenate([d, np.arange(len(d), dtype=np.float64)[:, None]], axis=1)
         cfg = self.config
@@ -80,27 +97,25 @@ class TrackTrack:
             r = np.asarray(recovered, np.float64).reshape(-1, 6)
             r = r[(r[:, 2] > r[:, 0]) & (r[:, 3] > r[:, 1]) & (r[:, 4].astype(np.float32) > cfg.track_high_thresh)]
             extra = np.concatenate([r, -np.ones((len(r), 1))], axis=1)
-        rows = np.concatenate([high, low, extra])
-        return [TtTrack(r, b) for r, b in zip(rows, detection_xyxy(rows[:, :4]))], len(high), len(low)
+        return Detections(np.concatenate([high, low, extra]), len(high), len(low))
 
     def update(self, detections: np.ndarray, frame: np.ndarray | None = None, recovered=None) -> np.ndarray:
         self.frame_id += 1
-        dets, n_high, n_low = self._detections(detections, recovered)
+        dets = self._detections(detections, recovered)
         unconfirmed = [t for t in self.tracked if t.state != TrackState.TRACKED]
         pool = [t for t in self.tracked if t.state == TrackState.TRACKED]
         ids = {t.track_id for t in pool}
         pool += [t for t in self.lost if t.track_id not in ids]
         if frame is not None:
-            high_boxes = np.array([d.box32 for d in dets[:n_high]]).reshape(-1, 4)
-            affine = self.camera.estimate(frame, high_boxes)
+            affine = self.camera.estimate(frame, dets.box32[: dets.n_high])
             warp_all(pool, affine)
             warp_all(unconfirmed, affine)
         predict_all(pool)
         predict_all(unconfirmed)
 
         cost = self._cost(pool, dets)
-        cost[:, n_high : n_high + n_low] += np.float32(self.config.penalty_p)
-        cost[:, n_high + n_low :] += np.float32(self.config.penalty_q)
+        cost[:, dets.n_high : dets.n_high + dets.n_low] += np.float32(self.config.penalty_p)
+        cost[:, dets.n_high + dets.n_low :] += np.float32(self.config.penalty_q)
         pairs, left, dets_left = iterative_assign(
             np.clip(cost, 0, 1), self.config.match_thresh, self.config.reduce_step
         )
@@ -112,13 +127,13 @@ class TrackTrack:
             if pool[i].state != TrackState.LOST:
                 pool[i].state = TrackState.LOST
                 lost.append(pool[i])
-        leftover = self._confirm([dets[j] for j in dets_left if j < n_high], unconfirmed, activated, removed)
+        leftover = self._confirm(
+            dets.subset([j for j in dets_left if j < dets.n_high]), unconfirmed, activated, removed
+        )
         leftover = self._second_chance(pool, lost, leftover, refound)
         active = [t for t in self.tracked if t.state == TrackState.TRACKED] + activated
-        for det, ok in zip(leftover, self._allowed_births(active, leftover)):
-            if ok:
-                self._start(det)
-                activated.append(det)
+        for j in np.flatnonzero(self._allowed_births(active, leftover)):
+            activated.append(self._start(leftover.rows[j], leftover.score32[j]))
         for track in self.lost:
             if self.frame_id - track.frame_id > self.max_time_lost:
                 track.state = TrackState.REMOVED
@@ -128,16 +143,16 @@ class TrackTrack:
         info = np.array([(t.track_id, t.score, t.cls, t.det_index) for t in shown], np.float64).reshape(-1, 4)
         return np.concatenate([boxes_xyxy(shown), info], axis=1)
 
-    def _confirm(self, leftover: list, unconfirmed: list, activated: list, removed: list) -> list:
+    def _confirm(self, leftover: Detections, unconfirmed: list, activated: list, removed: list) -> Detections:
         """New tracks against the confident detections left; those not matched are dropped."""
-        if unconfirmed and leftover:
+        if unconfirmed and len(leftover):
             pairs, left, dets_left = iterative_assign(
                 self._cost(unconfirmed, leftover), self.config.match_thresh, self.config.reduce_step
             )
             activated += [unconfirmed[i] for i, _ in pairs]
             self._take(unconfirmed, leftover, pairs)
             dropped = [unconfirmed[i] for i in left]
-            leftover = [leftover[j] for j in dets_left]
+            leftover = leftover.subset(dets_left)
         else:
             dropped = unconfirmed
         for track in dropped:
@@ -145,9 +160,9 @@ class TrackTrack:
         removed += dropped
         return leftover
 
-    def _second_chance(self, pool: list, lost: list, leftover: list, refound: list) -> list:
+    def _second_chance(self, pool: list, lost: list, leftover: Detections, refound: list) -> Detections:
         """lost_match_thr > 0: tracks lost before this frame and still unmatched against the detections left."""
-        if self.config.lost_match_thr <= 0 or not leftover:
+        if self.config.lost_match_thr <= 0 or not len(leftover):
             return leftover
         lost_ids = {t.track_id for t in lost}
         waiting = [t for t in pool if t.state == TrackState.LOST and t.track_id not in lost_ids]
@@ -158,54 +173,56 @@ class TrackTrack:
         )
         refound += [waiting[i] for i, _ in pairs]
         self._take(waiting, leftover, pairs)
-        return [leftover[j] for j in dets_left]
+        return leftover.subset(dets_left)
 
-    def _start(self, det: TtTrack) -> None:
-        mean, cov = kalman.initiate(xyxy_to_state(det.box, False))
-        det.mean, det.covariance = mean[0], cov[0]
-        det.track_id = next(self._ids)
-        det.history.append((self.frame_id, det.xyxy))
-        det.state = TrackState.TRACKED if self.config.min_track_len <= 1 else TrackState.NEW
-        det.is_activated = self.frame_id == 1 or det.state == TrackState.TRACKED
-        det.frame_id = det.start_frame = self.frame_id
+    def _start(self, row: np.ndarray, score32: np.float32) -> TtTrack:
+        track = TtTrack(row, score32)
+        mean, cov = kalman.initiate(xyxy_to_state(row[:4], False))
+        track.mean, track.covariance = mean[0], cov[0]
+        track.track_id = next(self._ids)
+        track.remember(self.frame_id, track.xyxy)
+        track.state = TrackState.TRACKED if self.config.min_track_len <= 1 else TrackState.NEW
+        track.is_activated = self.frame_id == 1 or track.state == TrackState.TRACKED
+        track.frame_id = track.start_frame = self.frame_id
+        return track
 
-    def _take(self, tracks: list, dets: list, pairs) -> None:
-        """Each matched track takes its detection: a tracked one updates its corner velocities and may be confirmed,
-        a lost one is found again (same identity)."""
+    def _take(self, tracks: list, dets: Detections, pairs) -> None:
+        """Each matched track takes its detection: a tracked (or new) one updates its corner velocities and may be
+        confirmed, a lost one is found again (same identity)."""
         if not pairs:
             return
         matched = [tracks[i] for i, _ in pairs]
-        found = [dets[j] for _, j in pairs]
-        boxes = np.stack([d.box for d in found])
-        scores = np.array([float(d.score32) for d in found])
+        cols = [j for _, j in pairs]
+        rows, box32, score32 = dets.rows[cols], dets.box32[cols], dets.score32[cols]
         mean, cov = kalman.update(
             np.stack([t.mean for t in matched]),
             np.stack([t.covariance for t in matched]),
-            xyxy_to_state(boxes, False),
-            confidence=scores,
+            xyxy_to_state(rows[:, :4], False),
+            confidence=rows[:, 4],
         )
-        for track, det, m, c in zip(matched, found, mean, cov):
-            was_tracked = track.state == TrackState.TRACKED
-            track.prev_score, track.mean, track.covariance = track.score32, m, c
-            track.score32, track.score, track.cls, track.det_index = det.score32, det.score, det.cls, det.det_index
+        advancing = []
+        for k, (track, row) in enumerate(zip(matched, rows)):
+            if track.state in (TrackState.TRACKED, TrackState.NEW):
+                advancing.append(k)
+            track.prev_score, track.mean, track.covariance = track.score32, mean[k], cov[k]
+            track.score32, track.score, track.cls, track.det_index = score32[k], row[4], row[5], int(row[6])
             track.frame_id = self.frame_id
-            if was_tracked or track.state == TrackState.NEW:
-                _advance(track, det.box32, self.frame_id, self.config.min_track_len)
-            else:
-                track.history.append((self.frame_id, track.xyxy))
-                track.tracklet_len, track.state, track.is_activated = 0, TrackState.TRACKED, True
+        for k in set(range(len(matched))) - set(advancing):
+            matched[k].remember(self.frame_id, matched[k].xyxy)
+            matched[k].tracklet_len, matched[k].state, matched[k].is_activated = 0, TrackState.TRACKED, True
+        if advancing:
+            _advance([matched[k] for k in advancing], box32[advancing], self.frame_id, self.config.min_track_len)
 
-    def _cost(self, tracks: list, dets: list) -> np.ndarray:
+    def _cost(self, tracks: list, dets: Detections) -> np.ndarray:
         """(n, m) float32 cost of each track-detection pair (the module docstring's terms, clipped to [0, 1])."""
-        if not tracks or not dets:
+        if not tracks or not len(dets):
             return np.ones((len(tracks), len(dets)), np.float32)
         track_boxes = boxes_xyxy(tracks).astype(np.float32)
-        det_boxes = np.stack([d.box32 for d in dets])
-        iou = iou32(track_boxes, det_boxes)
-        cost = 1.0 - _vertical_iou(track_boxes, det_boxes) * iou
+        iou = iou32(track_boxes, dets.box32)
+        cost = 1.0 - _vertical_iou(track_boxes, dets.box32) * iou
         current = np.array([t.score32 for t in tracks])
         projected = current + (current - np.array([t.prev_score for t in tracks]))
-        cost += self.config.conf_weight * np.abs(projected[:, None] - np.array([d.score32 for d in dets])[None])
+        cost += self.config.conf_weight * np.abs(projected[:, None] - dets.score32[None])
         supported = iou > SUPPORT_IOU
         pairs = np.nonzero(supported)
         if len(pairs[0]):
@@ -213,12 +230,12 @@ class TrackTrack:
         cost[~supported] = 1.0
         return np.clip(cost, 0, 1)
 
-    def _angle_cost(self, tracks: list, dets: list, pairs) -> np.ndarray:
+    def _angle_cost(self, tracks: list, dets: Detections, pairs) -> np.ndarray:
         """For the (track, detection) index pairs: the mean over the four corners of the angle (of pi) between the
         corner's velocity and the way from its box DELTA_T frames back to the detection's, times the score."""
         rows, cols = pairs
         back = np.stack([tracks[i].box_back(self.frame_id, DELTA_T) for i in rows])
-        ways = np.stack([dets[j].box32 for j in cols]) - back
+        ways = dets.box32[cols] - back
         dx, dy = ways[:, CORNER_X], ways[:, CORNER_Y]
         norm = np.sqrt(dx * dx + dy * dy) + 1e-5
         dx /= norm
@@ -226,29 +243,26 @@ class TrackTrack:
         velocity = np.stack([tracks[i].velocity for i in rows])
         dot = velocity[:, :, 0] * dx + velocity[:, :, 1] * dy
         angle = np.abs(np.arccos(np.clip(dot, -1, 1))).mean(axis=-1) / np.pi
-        return angle * np.array([dets[j].score32 for j in cols])
+        return angle * dets.score32[cols]
 
-    def _allowed_births(self, active: list, dets: list) -> list[bool]:
+    def _allowed_births(self, active: list, dets: Detections) -> np.ndarray:
         """Track-aware initialisation: which leftover detections may start a track (score above new_track_thresh,
         IoU <= tai_thr with every active track and with every stronger detection allowed before it)."""
-        if not dets:
-            return []
-        scores = np.array([d.score32 for d in dets])
-        allow = scores > self.config.new_track_thresh
+        allow = dets.score32 > self.config.new_track_thresh
         if len(active) + len(dets) < 2:
-            return allow.tolist()
-        boxes = np.concatenate([boxes_xyxy(active).astype(np.float32), np.stack([d.box32 for d in dets])])
+            return allow
+        boxes = np.concatenate([boxes_xyxy(active).astype(np.float32), dets.box32])
         iou = iou32(boxes, boxes)
         n = len(active)
         if n:
             allow &= iou[n:, :n].max(axis=1) <= self.config.tai_thr
         among = iou[n:, n:]
-        for i in scores.argsort()[::-1]:
+        for i in dets.score32.argsort()[::-1]:
             if allow[i]:
                 beaten = among[i] > self.config.tai_thr
                 beaten[i] = False
                 allow[beaten] = False
-        return allow.tolist()
+        return allow
 
     def _merge(self, activated: list, refound: list, lost: list, removed: list) -> None:
         """The tracked and lost lists for the next frame (ByteTrack's bookkeeping, in the reference's order)."""
@@ -264,19 +278,29 @@ class TrackTrack:
         self.removed_ids.extend(t.track_id for t in removed)
 
 
-def _advance(track: TtTrack, box: np.ndarray, frame_id: int, min_track_len: int) -> None:
-    """A tracked (or new) track's detection box of this frame: its history, corner velocities and confirmation."""
-    track.tracklet_len += 1
-    track.history.append((frame_id, box))
-    velocity = np.zeros((4, 2), np.float32)
+def _advance(tracks: list, boxes: np.ndarray, frame_id: int, min_track_len: int) -> None:
+    """Tracked (or new) tracks' float32 detection boxes of this frame: their history, corner velocities (the mean
+    over 1..DELTA_T frames back of the unit step of each corner, over the frames apart) and confirmation. A step
+    from a float32 box is worked out in float32, from a float64 one (a Kalman estimate) in float64, as in the
+    reference."""
+    for track, box in zip(tracks, boxes):
+        track.tracklet_len += 1
+        track.remember(frame_id, box)
+    velocity = np.zeros((len(tracks), 4, 2), np.float32)
     for dt in range(1, DELTA_T + 1):
-        step = box - track.box_back(frame_id, dt)
-        dx, dy = step[CORNER_X], step[CORNER_Y]
-        norm = np.sqrt(dx * dx + dy * dy) + 1e-5
-        velocity += np.stack([dx / norm, dy / norm], axis=-1) / dt
-    track.velocity = velocity / DELTA_T
-    if track.state == TrackState.TRACKED or track.tracklet_len + 1 >= min_track_len:
-        track.state, track.is_activated = TrackState.TRACKED, True
+        back = [t.box_back(frame_id, dt) for t in tracks]
+        wide = np.array([b.dtype == np.float64 for b in back])
+        for idx in (np.flatnonzero(~wide), np.flatnonzero(wide)):
+            if len(idx):
+                step = boxes[idx] - np.stack([back[i] for i in idx])
+                dx, dy = step[:, CORNER_X], step[:, CORNER_Y]
+                norm = np.sqrt(dx * dx + dy * dy) + 1e-5
+                velocity[idx] += np.stack([dx / norm, dy / norm], axis=-1) / dt
+    velocity /= DELTA_T
+    for track, v in zip(tracks, velocity):
+        track.velocity = v
+        if track.state == TrackState.TRACKED or track.tracklet_len + 1 >= min_track_len:
+            track.state, track.is_activated = TrackState.TRACKED, True
 
 
 def iou32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -302,13 +326,11 @@ def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[l
     lowered by step after each round; then the rows and columns left."""
     cost = cost.copy()
     pairs = []
+    rows = np.arange(cost.shape[0])
     while cost.size:
         best_col = np.argmin(cost, axis=1)
-        best_row = np.argmin(cost, axis=0)
-        rows = np.arange(cost.shape[0])
-        new = [
-            (int(i), int(best_col[i])) for i in rows if best_row[best_col[i]] == i and cost[i, best_col[i]] < threshold
-        ]
+        mutual = np.argmin(cost, axis=0)[best_col] == rows
+        new = [(int(i), int(best_col[i])) for i in np.flatnonzero(mutual & (cost[rows, best_col] < threshold))]
         if not new:
             break
         pairs += new
