@@ -124,17 +124,18 @@ def _direction_cost(tracks: list[Track], detections: np.ndarray) -> np.ndarray:
     """OCM: (n, m) angle in [0, 1] (of pi) between each track's direction and the way to each detection from its
     last detection; 0 for a track with no direction yet."""
     cost = np.zeros((len(tracks), len(detections)), np.float32)
+    rows = [i for i, t in enumerate(tracks) if t.obs.direction is not None and t.obs.last[0] >= 0]
+    if not rows:
+        return cost
     boxes = detection_xyxy(detections[:, :4])
     centres = np.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2], axis=1)
-    for i, track in enumerate(tracks):
-        obs = track.obs
-        if obs.direction is None or obs.last[0] < 0:
-            continue
-        ways = centres - _centre(obs.last)
-        norms = np.linalg.norm(ways, axis=1)
-        valid = norms > 1e-6
-        ways[valid] /= norms[valid, None]
-        cost[i, valid] = np.arccos(np.clip(ways[valid] @ obs.direction, -1.0, 1.0)) / np.pi
+    last = np.stack([tracks[i].obs.last for i in rows])
+    ways = centres[None] - np.stack([(last[:, 0] + last[:, 2]) / 2, (last[:, 1] + last[:, 3]) / 2], axis=1)[:, None]
+    norms = np.linalg.norm(ways, axis=2)
+    for k, i in enumerate(rows):  # one product per track: the reference's (float32, by BLAS) to the last bit
+        valid = norms[k] > 1e-6
+        unit = ways[k][valid] / norms[k][valid, None]
+        cost[i, valid] = np.arccos(np.clip(unit @ tracks[i].obs.direction, -1.0, 1.0)) / np.pi
     return cost
 
 
