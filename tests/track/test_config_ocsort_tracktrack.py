@@ -65,30 +65,34 @@ def test_a_short_tracktrack_file_takes_tracktracks_defaults(tmp_path):
     assert load_tracker_config(path).track_high_thresh == 0.25
 
 
+OC, TT = ULTRALYTICS_OCSORT, ULTRALYTICS_TRACKTRACK
+
+
 @pytest.mark.parametrize(
-    "text, words",
+    "base, change, words",
     [
-        ("tracker_type: ocsort\ndelta_t: 0\n", "delta_t must be a whole number from 1"),
-        ("tracker_type: ocsort\ndelta_t: 2.5\n", "delta_t must be a whole number"),
-        ("tracker_type: ocsort\ninertia: 1.5\n", "inertia must be a number from 0 to 1"),
-        ("tracker_type: ocsort\nuse_byte: yes please\n", "use_byte must be true or false"),
-        ("tracker_type: tracktrack\nmin_track_len: 0\n", "min_track_len must be a whole number from 1"),
-        ("tracker_type: tracktrack\npenalty_p: -0.2\n", "penalty_p must be a number from 0 to 1"),
-        ("tracker_type: tracktrack\npenalty_q: two\n", "penalty_q must be a number"),
-        ("tracker_type: tracktrack\nreduce_step: 2\n", "reduce_step must be a number from 0 to 1"),
-        ("tracker_type: tracktrack\ntai_thr: true\n", "tai_thr must be a number"),
-        ("tracker_type: tracktrack\nlost_match_thr: 1.1\n", "lost_match_thr must be a number from 0 to 1"),
-        ("tracker_type: tracktrack\nangle_weight: [0.1]\n", "angle_weight must be a number"),
-        ("tracker_type: tracktrack\ngmc_method: magic\n", "gmc_method must be one of"),
-        ("tracker_type: tracktrack\nwith_reid: true\n", "not supported yet"),
-        ("tracker_type: tracktrack\ntrack_low_thresh: 0.7\n", "is above track_high_thresh"),
-        ("tracker_type: deepocsort\n", "tracker_type must be one of bytetrack, botsort, ocsort, tracktrack"),
-        ("tracker_type: ocsort\nalpha_fixed_emb: 0.95\n", "unknown key(s) alpha_fixed_emb"),
+        (OC, {"delta_t": 0}, "delta_t must be a whole number from 1"),
+        (OC, {"delta_t": 2.5}, "delta_t must be a whole number"),
+        (OC, {"inertia": 1.5}, "inertia must be a number from 0 to 1"),
+        (OC, {"use_byte": "yes please"}, "use_byte must be true or false"),
+        (OC, {"alpha_fixed_emb": 0.95}, "unknown key(s) alpha_fixed_emb"),
+        (TT, {"min_track_len": 0}, "min_track_len must be a whole number from 1"),
+        (TT, {"penalty_p": -0.2}, "penalty_p must be a number from 0 to 1"),
+        (TT, {"penalty_q": "two"}, "penalty_q must be a number"),
+        (TT, {"reduce_step": 2}, "reduce_step must be a number from 0 to 1"),
+        (TT, {"tai_thr": True}, "tai_thr must be a number"),
+        (TT, {"lost_match_thr": 1.1}, "lost_match_thr must be a number from 0 to 1"),
+        (TT, {"angle_weight": [0.1]}, "angle_weight must be a number"),
+        (TT, {"gmc_method": "magic"}, "gmc_method must be one of"),
+        (TT, {"with_reid": True}, "not supported yet"),
+        (TT, {"track_low_thresh": 0.7}, "is above track_high_thresh"),
+        (TT, {"tracker_type": "deepocsort"}, "tracker_type must be one of bytetrack, botsort, ocsort, tracktrack"),
     ],
 )
-def test_bad_values_are_one_line(tmp_path, text, words):
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(TrackerError) as e:
-        load_tracker_config(path)
-    assert words in str(e.value) and "\n" not in str(e.value)
+def test_one_bad_value_in_ultralytics_file_is_one_line(tmp_path, base, change, words):
+    """Ultralytics' own file with one key made bad, read as detect.py --track reads it."""
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**base, **change}))
+    with pytest.raises(TrackerError) as raised:
+        load_tracker_config(tmp_path / "bad.yaml")
+    message = str(raised.value)
+    assert words in message and "\n" not in message and "bad.yaml" in message

@@ -115,7 +115,7 @@ class ByteTracker:
         lost = [t for t in previous if t.state == TrackState.LOST and t.is_activated and not t.expired]
         for t in lost:
             t.expired = t.expired or self.frame_id - t.frame_id > self.max_time_lost
-        self.tracked, self.lost = _drop_duplicates(tracked, lost)
+        self.tracked, self.lost = drop_duplicates(tracked, lost)
 
     def _output(self) -> np.ndarray:
         shown = [t for t in self.tracked if t.is_activated]
@@ -123,11 +123,12 @@ class ByteTracker:
         return np.concatenate([boxes_xyxy(shown), info], axis=1)
 
 
-def _drop_duplicates(tracked: list[Track], lost: list[Track]) -> tuple[list[Track], list[Track]]:
-    """Of a tracked and a lost track on the same place, the one followed for fewer frames (first to last seen)."""
+def drop_duplicates(tracked: list[Track], lost: list[Track], cost_of=iou_cost) -> tuple[list[Track], list[Track]]:
+    """Of a tracked and a lost track on the same place (cost_of(their boxes) below DUPLICATE_MAX_COST, 1 - IoU by
+    default), the one followed for fewer frames (first to last seen) goes."""
     if not tracked or not lost:
         return tracked, lost
-    cost = iou_cost(boxes_xyxy(tracked), boxes_xyxy(lost))
+    cost = cost_of(boxes_xyxy(tracked), boxes_xyxy(lost))
     drop_tracked, drop_lost = set(), set()
     for i, j in zip(*np.nonzero(cost < DUPLICATE_MAX_COST)):
         if tracked[i].frame_id - tracked[i].start_frame > lost[j].frame_id - lost[j].start_frame:

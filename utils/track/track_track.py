@@ -17,6 +17,7 @@ from collections import deque
 import numpy as np
 
 from utils.track import kalman
+from utils.track.byte_tracker import drop_duplicates
 from utils.track.config import TrackerConfig
 from utils.track.gmc import CameraMotion
 from utils.track.tracks import Track, TrackState, boxes_xyxy, detection_xyxy, predict_all, warp_all, xyxy_to_state
@@ -24,7 +25,6 @@ from utils.track.tracks import Track, TrackState, boxes_xyxy, detection_xyxy, pr
 CORNER_X, CORNER_Y = [0, 0, 2, 2], [1, 3, 1, 3]  # the four corners of an x1, y1, x2, y2 box
 DELTA_T = 3  # frames over which a track's corner velocities are averaged
 SUPPORT_IOU = 0.10  # a pair needs more IoU than this to be matched at all
-DUPLICATE_MAX_COST = 0.15  # a tracked and a lost track overlapping by IoU > 0.85 are one object
 REMOVED_MEMORY = 1000  # identities of removed tracks remembered (a lost list entry of one of them is dropped)
 
 
@@ -274,7 +274,7 @@ class TrackTrack:
         still_lost = [t for t in self.lost if t.track_id not in ids] + lost
         gone = set(self.removed_ids)
         still_lost = [t for t in still_lost if t.track_id not in gone]
-        self.tracked, self.lost = _drop_duplicates(tracked, still_lost)
+        self.tracked, self.lost = drop_duplicates(tracked, still_lost, _iou_cost32)
         self.removed_ids.extend(t.track_id for t in removed)
 
 
@@ -346,17 +346,6 @@ def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[l
     )
 
 
-def _drop_duplicates(tracked: list, lost: list) -> tuple[list, list]:
-    """Of a tracked and a lost track on the same place, the one followed for fewer frames goes."""
-    if not tracked or not lost:
-        return tracked, lost
-    cost = 1 - iou32(boxes_xyxy(tracked).astype(np.float32), boxes_xyxy(lost).astype(np.float32))
-    drop_tracked, drop_lost = set(), set()
-    for i, j in zip(*np.nonzero(cost < DUPLICATE_MAX_COST)):
-        if tracked[i].frame_id - tracked[i].start_frame > lost[j].frame_id - lost[j].start_frame:
-            drop_lost.add(j)
-        else:
-            drop_tracked.add(i)
-    return [t for i, t in enumerate(tracked) if i not in drop_tracked], [
-        t for j, t in enumerate(lost) if j not in drop_lost
-    ]
+def _iou_cost32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """1 - IoU of two box arrays in float32 (the reference's duplicate test)."""
+    return 1 - iou32(a.astype(np.float32), b.astype(np.float32))
