@@ -3,19 +3,15 @@
 import pytest
 import yaml
 
+from tests.track.test_config import ULTRALYTICS_BYTETRACK
 from utils.errors import TrackerError
 from utils.files import DATA_DIR
 from utils.track.config import load_tracker_config
 
 # Ultralytics 8.4's ocsort.yaml and tracktrack.yaml, as data (key names and default values)
-ULTRALYTICS_OCSORT = {
+ULTRALYTICS_OCSORT = {  # bytetrack.yaml's keys and values, and three of its own
+    **ULTRALYTICS_BYTETRACK,
     "tracker_type": "ocsort",
-    "track_high_thresh": 0.25,
-    "track_low_thresh": 0.1,
-    "new_track_thresh": 0.25,
-    "track_buffer": 30,
-    "match_thresh": 0.8,
-    "fuse_score": True,
     "delta_t": 3,
     "inertia": 0.2,
     "use_byte": False,
