@@ -82,7 +82,7 @@ OC, TT = ULTRALYTICS_OCSORT, ULTRALYTICS_TRACKTRACK
         (TT, {"gmc_method": "magic"}, "gmc_method must be one of"),
         (TT, {"with_reid": True}, "not supported yet"),
         (TT, {"track_low_thresh": 0.7}, "is above track_high_thresh"),
-        (TT, {"tracker_type": "deepocsort"}, "tracker_type must be one of bytetrack, botsort, ocsort, tracktrack"),
+        (TT, {"tracker_type": "strongsort"}, "tracker_type must be one of bytetrack, botsort, ocsort, tracktrack"),
     ],
 )
 def test_one_bad_value_in_ultralytics_file_is_one_line(tmp_path, base, change, words):
@@ -92,3 +92,14 @@ def test_one_bad_value_in_ultralytics_file_is_one_line(tmp_path, base, change, w
         load_tracker_config(tmp_path / "bad.yaml")
     message = str(raised.value)
     assert words in message and "\n" not in message and "bad.yaml" in message
+
+
+@pytest.mark.parametrize("name", ["deepocsort", "fasttrack"])
+def test_ultralytics_trackers_we_lack_are_named(tmp_path, name):
+    """Ultralytics' deepocsort.yaml and fasttrack.yaml (their own keys included) are refused by tracker name."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        yaml.safe_dump({**ULTRALYTICS_BYTETRACK, "tracker_type": name, "delta_t": 3, "occ_cover_thresh": 0.7})
+    )
+    with pytest.raises(TrackerError, match=f"tracker_type {name} \\(Ultralytics'\\) is not available here; use one of"):
+        load_tracker_config(path)

@@ -14,6 +14,7 @@ from utils.files import DATA_DIR
 from utils.safe_yaml import read_yaml
 
 TRACKER_TYPES = ("bytetrack", "botsort", "ocsort", "tracktrack")
+NOT_AVAILABLE = ("deepocsort", "fasttrack")  # Ultralytics 8.4's other tracker types
 GMC_METHODS = ("sparseOptFlow", "orb", "sift", "ecc", "none")
 MAX_TRACK_BUFFER = 100_000  # frames a lost track is kept; more would only grow the lost list without bound
 
@@ -93,6 +94,11 @@ def tracker_config_from_dict(data, source: str) -> TrackerConfig:
     """A TrackerConfig from parsed YAML data, checked (source names the file in messages)."""
     if not isinstance(data, dict):
         raise TrackerError(f"{source} must be a mapping of tracker settings (key: value), not {type(data).__name__}")
+    if data.get("tracker_type") in NOT_AVAILABLE:  # before its own keys are called unknown
+        raise TrackerError(
+            f"{source}: tracker_type {data['tracker_type']} (Ultralytics') is not available here; "
+            f"use one of {', '.join(TRACKER_TYPES)}"
+        )
     defaults = {f.name: f.default for f in fields(TrackerConfig)}
     unknown = sorted(str(k) for k in data if k not in defaults)
     if unknown:
