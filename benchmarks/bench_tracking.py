@@ -1,7 +1,8 @@
-"""Tracking costs on this CPU: ByteTrack's update per frame at 50 objects (detection time not included), and
-BoT-SORT's camera-motion compensation per frame at 640x360 and 1920x1080 for each gmc_method.
+"""Tracking costs on this CPU: each tracker's update per frame (ByteTrack at 10, 50 and 200 objects; BoT-SORT without
+its motion estimate, OC-SORT and TrackTrack without appearance at 50 and 200; detection time not included), and the
+camera-motion compensation (BoT-SORT's and TrackTrack's) per frame at 640x360 and 1920x1080 for each gmc_method.
 
-Usage: python benchmarks/bench_tracking.py [--repeats 5] [--frames 300]
+Usage: python benchmarks/bench_tracking.py [--repeats 5] [--frames 300] [--gmc-frames 30]
 Each figure is the mean per frame of one run over the frames, as the min and median of --repeats runs, after a
 warm-up run: wall time, and this process's CPU time (what the work costs when other programs share the cores; the
 machine's load average is printed with the table). The objects move on straight lines with detector-like noise,
@@ -18,7 +19,7 @@ import time
 import numpy as np
 from bench_common import _stats
 
-from utils.track.byte_tracker import ByteTracker
+from utils.track.bot_sort import create_tracker
 from utils.track.config import load_tracker_config
 from utils.track.gmc import CameraMotion
 from utils.track.synth import SceneOptions, SceneRenderer
@@ -43,19 +44,25 @@ def _detections(n_objects: int, frames: int, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def bench_bytetrack(n_objects: int, frames: int, repeats: int) -> dict:
-    detections = _detections(n_objects, frames)
-    config = load_tracker_config("bytetrack.yaml")
-    wall, cpu = [], []
+def bench_trackers(cases: list[tuple[str, int]], frames: int, repeats: int) -> list[dict]:
+    """Each (tracker, objects) case's update, the cases run in turn within each repeat (so a change in the machine's
+    load touches them all alike); no frame is passed: no camera-motion estimate, timed apart in bench_gmc."""
+    detections = {n: _detections(n, frames) for _, n in cases}
+    configs = {kind: load_tracker_config(f"{kind}.yaml") for kind, _ in cases}
+    wall, cpu = {case: [] for case in cases}, {case: [] for case in cases}
     for run in range(repeats + 1):
-        tracker = ByteTracker(config)
-        t0, c0 = time.perf_counter(), time.process_time()
-        for d in detections:
-            tracker.update(d)
-        if run:  # the first run warms up
-            wall.append(1e3 * (time.perf_counter() - t0) / frames)
-            cpu.append(1e3 * (time.process_time() - c0) / frames)
-    return {"objects": n_objects, "tracked": len(tracker.tracked), "ms_per_frame": _stats(wall), "cpu_ms": _stats(cpu)}
+        for kind, n in cases:
+            tracker = create_tracker(configs[kind])
+            t0, c0 = time.perf_counter(), time.process_time()
+            for d in detections[n]:
+                tracker.update(d)
+            if run:  # the first run warms up
+                wall[kind, n].append(1e3 * (time.perf_counter() - t0) / frames)
+                cpu[kind, n].append(1e3 * (time.process_time() - c0) / frames)
+    return [
+        {"tracker": kind, "objects": n, "ms_per_frame": _stats(wall[kind, n]), "cpu_ms": _stats(cpu[kind, n])}
+        for kind, n in cases
+    ]
 
 
 def bench_gmc(width: int, height: int, method: str, frames: int, repeats: int) -> dict:
@@ -86,16 +93,22 @@ def _cpu_name() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--frames", type=int, default=300, help="frames per ByteTrack run")
-    ap.add_argument("--gmc-frames", type=int, default=30, help="frames per motion-compensation run")
+    ap.add_argument("--frames", type=int, default=300, help="frames per tracker run")
+    ap.add_argument("--gmc-frames", type=int, default=30, help="frames per motion-compensation run (0: none)")
     args = ap.parse_args()
-    rows = [bench_bytetrack(n, args.frames, args.repeats) for n in (10, 50, 200)]
-    for width, height in ((640, 360), (1920, 1080)):
+    cases = [("bytetrack", 10), ("bytetrack", 50), ("bytetrack", 200)]
+    cases += [(kind, n) for kind in ("botsort", "ocsort", "tracktrack") for n in (50, 200)]
+    rows = bench_trackers(cases, args.frames, args.repeats)
+    for width, height in ((640, 360), (1920, 1080)) if args.gmc_frames > 0 else ():
         rows += [bench_gmc(width, height, m, args.gmc_frames, args.repeats) for m in ("sparseOptFlow", "orb", "ecc")]
     print(f"CPU: {_cpu_name()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print("| what | wall ms/frame min | median | CPU ms/frame min | median |\n|---|---|---|---|---|")
     for row in rows:
-        what = f"ByteTrack, {row['objects']} objects" if "objects" in row else f"GMC {row['gmc_method']}, {row['size']}"
+        what = (
+            f"{row['tracker']}, {row['objects']} objects"
+            if "objects" in row
+            else f"GMC {row['gmc_method']}, {row['size']}"
+        )
         wall, cpu = row["ms_per_frame"], row["cpu_ms"]
         print(f"| {what} | {wall['min']} | {wall['median']} | {cpu['min']} | {cpu['median']} |")
     print(json.dumps(rows))

@@ -6,6 +6,8 @@ import numpy as np
 from utils.track.byte_tracker import ByteTracker
 from utils.track.config import TrackerConfig
 from utils.track.gmc import CameraMotion
+from utils.track.oc_sort import OcSort
+from utils.track.track_track import TrackTrack
 from utils.track.tracks import Track, warp_all
 
 
@@ -24,6 +26,7 @@ class BotSort(ByteTracker):
         warp_all(tracks, self.camera.estimate(frame, detections))
 
 
-def create_tracker(config: TrackerConfig, frame_rate: float = 30.0) -> ByteTracker:
-    """The tracker a config names (its tracker_type)."""
-    return (BotSort if config.tracker_type == "botsort" else ByteTracker)(config, frame_rate)
+def create_tracker(config: TrackerConfig, frame_rate: float = 30.0):
+    """The tracker a config names (its tracker_type): each has `update(detections, frame, recovered=None)`."""
+    kinds = {"bytetrack": ByteTracker, "botsort": BotSort, "ocsort": OcSort, "tracktrack": TrackTrack}
+    return kinds[config.tracker_type](config, frame_rate)

@@ -59,7 +59,8 @@ class ByteTracker:
         weak = real & (d[:, 4] > cfg.track_low_thresh) & (d[:, 4] < cfg.track_high_thresh)
         return d[real & (d[:, 4] >= cfg.track_high_thresh)], d[weak]
 
-    def update(self, detections: np.ndarray, frame: np.ndarray | None = None) -> np.ndarray:
+    def update(self, detections: np.ndarray, frame: np.ndarray | None = None, recovered=None) -> np.ndarray:
+        """One frame; recovered (detections a looser NMS kept, TrackTrack's) is not used by ByteTrack or BoT-SORT."""
         self.frame_id += 1
         high, low = self._split(detections)
         unconfirmed = [t for t in self.tracked if not t.is_activated]
@@ -68,14 +69,9 @@ class ByteTracker:
         self._compensate(pool + unconfirmed, frame, np.concatenate([high, low]))
 
         # 1st association: confident detections against every confirmed or lost track
-        pairs, rest, high_left = assign(self._costs(pool, high, fuse=True), self.config.match_thresh)
-        found = self._apply(pool, high, pairs)
+        found, rest, high_left = self._associate_confident(pool, high)
         # 2nd association: weak detections against the tracks still unmatched that were tracked last frame
-        still = [pool[i] for i in rest if pool[i].state == TrackState.TRACKED]
-        pairs, rest2, _ = assign(self._costs(still, low, fuse=False), SECOND_STAGE_MAX_COST)
-        found += self._apply(still, low, pairs)
-        for i in rest2:
-            still[i].state = TrackState.LOST
+        found += self._associate_weak([pool[i] for i in rest if pool[i].state == TrackState.TRACKED], low)
         # new tracks seen once before: confirmed by a confident detection, else dropped
         high = high[high_left]
         pairs, dropped, high_left = assign(self._costs(unconfirmed, high, fuse=True), UNCONFIRMED_MAX_COST)
@@ -84,11 +80,26 @@ class ByteTracker:
             unconfirmed[i].state = TrackState.REMOVED
         for row in high[high_left]:
             if row[4] >= self.config.new_track_thresh:
-                track = Track(row[:4], row[4], row[5], int(row[6]), aspect=self.ASPECT)
-                track.activate(next(self._ids), self.frame_id, confirmed=self.frame_id == 1)
-                found.append(track)
+                found.append(self._new_track(row))
         self._bookkeep(pool + unconfirmed, found)
         return self._output()
+
+    def _associate_confident(self, pool: list[Track], high: np.ndarray) -> tuple[list[Track], list[int], list[int]]:
+        """Match the pool to the confident detections: (tracks matched, pool indices left, detection indices left)."""
+        pairs, rest, high_left = assign(self._costs(pool, high, fuse=True), self.config.match_thresh)
+        return self._apply(pool, high, pairs), rest, high_left
+
+    def _associate_weak(self, still: list[Track], low: np.ndarray) -> list[Track]:
+        """Match the weak detections to the tracks tracked last frame and still unmatched; the rest are lost."""
+        pairs, rest, _ = assign(self._costs(still, low, fuse=False), SECOND_STAGE_MAX_COST)
+        for i in rest:
+            still[i].state = TrackState.LOST
+        return self._apply(still, low, pairs)
+
+    def _new_track(self, row: np.ndarray) -> Track:
+        track = Track(row[:4], row[4], row[5], int(row[6]), aspect=self.ASPECT)
+        track.activate(next(self._ids), self.frame_id, confirmed=self.frame_id == 1)
+        return track
 
     def _apply(self, tracks: list[Track], detections: np.ndarray, pairs) -> list[Track]:
         matched = [tracks[i] for i, _ in pairs]
@@ -104,7 +115,7 @@ class ByteTracker:
         lost = [t for t in previous if t.state == TrackState.LOST and t.is_activated and not t.expired]
         for t in lost:
             t.expired = t.expired or self.frame_id - t.frame_id > self.max_time_lost
-        self.tracked, self.lost = _drop_duplicates(tracked, lost)
+        self.tracked, self.lost = drop_duplicates(tracked, lost)
 
     def _output(self) -> np.ndarray:
         shown = [t for t in self.tracked if t.is_activated]
@@ -112,11 +123,12 @@ class ByteTracker:
         return np.concatenate([boxes_xyxy(shown), info], axis=1)
 
 
-def _drop_duplicates(tracked: list[Track], lost: list[Track]) -> tuple[list[Track], list[Track]]:
-    """Of a tracked and a lost track on the same place, the one followed for fewer frames (first to last seen)."""
+def drop_duplicates(tracked: list[Track], lost: list[Track], cost_of=iou_cost) -> tuple[list[Track], list[Track]]:
+    """Of a tracked and a lost track on the same place (cost_of(their boxes) below DUPLICATE_MAX_COST, 1 - IoU by
+    default), the one followed for fewer frames (first to last seen) goes."""
     if not tracked or not lost:
         return tracked, lost
-    cost = iou_cost(boxes_xyxy(tracked), boxes_xyxy(lost))
+    cost = cost_of(boxes_xyxy(tracked), boxes_xyxy(lost))
     drop_tracked, drop_lost = set(), set()
     for i, j in zip(*np.nonzero(cost < DUPLICATE_MAX_COST)):
         if tracked[i].frame_id - tracked[i].start_frame > lost[j].frame_id - lost[j].start_frame:

@@ -1,8 +1,9 @@
 """Tracker settings: Ultralytics' tracker YAML keys and defaults, read as bounded data and checked.
 
-A user's bytetrack.yaml or botsort.yaml from Ultralytics works as it is. Every key either file may hold is accepted
-by both tracker types (ByteTrack ignores BoT-SORT's); any other key, a file that is not a mapping, a value of the wrong
-type or out of range is one TrackerError line.
+A user's bytetrack.yaml, botsort.yaml, ocsort.yaml or tracktrack.yaml from Ultralytics works as it is. Every key
+any of these files may hold is accepted by every tracker type (each ignores the others' keys); a key a file leaves out
+takes its tracker's default (TrackTrack's thresholds differ from the others'); any other key, a file that is not a
+mapping, a value of the wrong type or out of range is one TrackerError line.
 """
 
 from dataclasses import dataclass, fields
@@ -12,7 +13,8 @@ from utils.errors import TrackerError
 from utils.files import DATA_DIR
 from utils.safe_yaml import read_yaml
 
-TRACKER_TYPES = ("bytetrack", "botsort")
+TRACKER_TYPES = ("bytetrack", "botsort", "ocsort", "tracktrack")
+NOT_AVAILABLE = ("deepocsort", "fasttrack")  # Ultralytics 8.4's other tracker types
 GMC_METHODS = ("sparseOptFlow", "orb", "sift", "ecc", "none")
 MAX_TRACK_BUFFER = 100_000  # frames a lost track is kept; more would only grow the lost list without bound
 
@@ -33,6 +35,25 @@ class TrackerConfig:
     appearance_thresh: float = 0.8
     with_reid: bool = False
     model: str = "auto"
+    delta_t: int = 3  # OC-SORT: frames back its direction of motion is measured over
+    inertia: float = 0.2  # OC-SORT: weight of the direction cost (OCM) in the first association
+    use_byte: bool = False  # OC-SORT: also match weak detections (ByteTrack's second association)
+    lost_match_thr: float = 0.0  # TrackTrack: cost gate of a second chance for lost tracks; 0 leaves it out
+    iou_weight: float = 0.5  # TrackTrack: weights of its cost terms (HMIoU, appearance, confidence, corner angle)
+    reid_weight: float = 0.5
+    conf_weight: float = 0.1
+    angle_weight: float = 0.05
+    penalty_p: float = 0.2  # TrackTrack: extra cost of a weak detection
+    penalty_q: float = 0.4  # TrackTrack: extra cost of a detection only a looser NMS kept
+    reduce_step: float = 0.05  # TrackTrack: how much the match threshold drops each round of its assignment
+    tai_thr: float = 0.55  # TrackTrack: a new track needs IoU <= this with every track and stronger new detection
+    min_track_len: int = 3  # TrackTrack: detections that confirm a new track
+
+
+# TrackTrack's defaults where they differ from the others' (Ultralytics' tracktrack.yaml)
+TYPE_DEFAULTS = {
+    "tracktrack": {"track_high_thresh": 0.6, "track_low_thresh": 0.25, "new_track_thresh": 0.7, "match_thresh": 0.7}
+}
 
 
 def resolve_tracker_file(name: str | Path) -> Path:
@@ -73,6 +94,11 @@ def tracker_config_from_dict(data, source: str) -> TrackerConfig:
     """A TrackerConfig from parsed YAML data, checked (source names the file in messages)."""
     if not isinstance(data, dict):
         raise TrackerError(f"{source} must be a mapping of tracker settings (key: value), not {type(data).__name__}")
+    if data.get("tracker_type") in NOT_AVAILABLE:  # before its own keys are called unknown
+        raise TrackerError(
+            f"{source}: tracker_type {data['tracker_type']} (Ultralytics') is not available here; "
+            f"use one of {', '.join(TRACKER_TYPES)}"
+        )
     defaults = {f.name: f.default for f in fields(TrackerConfig)}
     unknown = sorted(str(k) for k in data if k not in defaults)
     if unknown:
@@ -88,7 +114,7 @@ def tracker_config_from_dict(data, source: str) -> TrackerConfig:
         raise TrackerError(
             f"{source}: gmc_method must be one of {', '.join(GMC_METHODS)}, got {values['gmc_method']!r}"
         )
-    config = TrackerConfig(**values)
+    config = TrackerConfig(**{**TYPE_DEFAULTS.get(values["tracker_type"], {}), **values})
     if config.track_low_thresh > config.track_high_thresh:
         raise TrackerError(
             f"{source}: track_low_thresh ({config.track_low_thresh}) is above track_high_thresh "

@@ -15,6 +15,7 @@ STD_VELOCITY = 1.0 / 160
 MOTION = np.eye(8) + np.eye(8, k=4)  # x_{t+1} = x_t + v_t
 OBSERVATION = np.eye(4, 8)  # a detection sees the box, not its velocity
 # the aspect ratio's standard deviations (aspect=True): at a new track, per frame, of a detection; its velocity's
+NSA_MIN_SCALE = 0.05  # the least share of R a detection keeps however confident (NSA-Kalman)
 ASPECT_STD_INITIAL, ASPECT_STD_PROCESS, ASPECT_STD_MEASURED, ASPECT_VELOCITY_STD = 1e-2, 1e-2, 1e-1, 1e-5
 
 
@@ -46,33 +47,45 @@ def initiate(boxes: np.ndarray, aspect: bool = False) -> tuple[np.ndarray, np.nd
     return mean, np.einsum("ni,ij->nij", std**2, np.eye(8))
 
 
-def predict(mean: np.ndarray, covariance: np.ndarray, aspect: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """One frame ahead: mean F x, covariance F P F^T + Q (Q from each box's current size)."""
+def predict(
+    mean: np.ndarray, covariance: np.ndarray, aspect: bool = False, right_first: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """One frame ahead: mean F x, covariance F P F^T + Q (Q from each box's current size). right_first multiplies
+    F (P F^T) rather than (F P) F^T: the same in exact arithmetic, but the reference OC-SORT's replay of an
+    occlusion (oc_sort.py) predicts one track at a time that way, and its last bits are what it then matches on."""
     if not len(mean):
         return mean, covariance
     std = _std(mean, STD_POSITION, STD_VELOCITY, aspect, ASPECT_STD_PROCESS)
     new_mean = mean @ MOTION.T
-    new_cov = MOTION @ covariance @ MOTION.T + np.einsum("ni,ij->nij", std**2, np.eye(8))
+    moved = MOTION @ (covariance @ MOTION.T) if right_first else MOTION @ covariance @ MOTION.T
+    new_cov = moved + np.einsum("ni,ij->nij", std**2, np.eye(8))
     return new_mean, new_cov
 
 
-def project(mean: np.ndarray, covariance: np.ndarray, aspect: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def project(
+    mean: np.ndarray, covariance: np.ndarray, aspect: bool = False, confidence: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The predicted measurement (n, 4) and its covariance (n, 4, 4) including the detector's noise R. The
-    observation picks the first four state entries, so H P H^T is P's top-left block."""
+    observation picks the first four state entries, so H P H^T is P's top-left block. With confidence (n,), each
+    detection's R is scaled by max(1 - confidence, 0.05): a confident detection is trusted more (NSA-Kalman, as
+    TrackTrack uses it)."""
     std = _std(mean, STD_POSITION, None, aspect, ASPECT_STD_MEASURED)
-    cov = covariance[:, :4, :4] + np.einsum("ni,ij->nij", std**2, np.eye(4))
-    return mean[:, :4], cov
+    noise = np.einsum("ni,ij->nij", std**2, np.eye(4))
+    if confidence is not None:
+        noise *= np.maximum(1.0 - np.asarray(confidence, np.float64), NSA_MIN_SCALE)[:, None, None]
+    return mean[:, :4], covariance[:, :4, :4] + noise
 
 
 def update(
-    mean: np.ndarray, covariance: np.ndarray, boxes: np.ndarray, aspect: bool = False
+    mean: np.ndarray, covariance: np.ndarray, boxes: np.ndarray, aspect: bool = False, confidence=None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Correct n tracks with their matched (n, 4) measured detections (the standard Kalman update, all n
-    solved in one batched call: the gain K = P H^T S^-1 comes from solving S K^T = H P, S symmetric)."""
+    solved in one batched call: the gain K = P H^T S^-1 comes from solving S K^T = H P, S symmetric); confidence
+    (n,) scales each detection's noise as in project."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     if not len(mean):
         return mean, covariance
-    projected, innovation_cov = project(mean, covariance, aspect)
+    projected, innovation_cov = project(mean, covariance, aspect, confidence)
     cross = covariance[:, :, :4]  # P H^T, (n, 8, 4)
     gain = np.linalg.solve(innovation_cov, cross.transpose(0, 2, 1)).transpose(0, 2, 1)
     new_mean = mean + np.einsum("nij,nj->ni", gain, boxes - projected)

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from utils.track.bot_sort import create_tracker
-from utils.track.byte_tracker import ByteTracker
 from utils.track.config import TrackerConfig, load_tracker_config
 
 
@@ -32,18 +31,21 @@ class TrackingSession:
         self.frame_rate = frame_rate
         self.sequence: str | None = None
         self.frame = 0  # 1-based index of the last frame in the current sequence
-        self.tracker: ByteTracker | None = None
+        self.tracker = None  # the config's tracker (bot_sort.create_tracker), made per sequence
 
     def start(self, sequence: str, frame_rate: float | None = None) -> None:
         """Begin a new sequence: a fresh tracker state."""
         self.tracker = create_tracker(self.config, frame_rate or self.frame_rate)
         self.sequence, self.frame = sequence, 0
 
-    def update(self, sequence: str, boxes: np.ndarray, image: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def update(
+        self, sequence: str, boxes: np.ndarray, image: np.ndarray | None, recovered: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """recovered: (k, 6) boxes a looser NMS kept besides boxes (TrackTrack matches tracks to them too)."""
         if sequence != self.sequence or self.tracker is None:
             self.start(sequence)
         self.frame += 1
-        out = self.tracker.update(np.asarray(boxes, np.float64).reshape(-1, 6), image)
+        out = self.tracker.update(np.asarray(boxes, np.float64).reshape(-1, 6), image, recovered)
         out = out[np.argsort(-out[:, 5], kind="stable")]
         if image is not None:  # a track's box (its Kalman estimate) may reach past the frame, a detection's does not
             h, w = image.shape[:2]

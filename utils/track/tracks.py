@@ -14,14 +14,27 @@ class TrackState(Enum):
     REMOVED = 3
 
 
+def _corner_and_size(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 2) top-left corners and (n, 2) sizes of (n, 4) x1, y1, x2, y2 boxes, in float32 through the centre, as
+    the reference trackers (ByteTrack's, Ultralytics') derive them from the detector's float32 boxes."""
+    b = np.asarray(boxes, np.float32).reshape(-1, 4)
+    centre, size = (b[:, :2] + b[:, 2:]) / np.float32(2), b[:, 2:] - b[:, :2]
+    return (centre.astype(np.float64) - size.astype(np.float64) / 2).astype(np.float32), size
+
+
+def detection_xyxy(boxes: np.ndarray) -> np.ndarray:
+    """(n, 4) float32 x1, y1, x2, y2 of detections as the reference trackers hold them (through the corner and size):
+    what OC-SORT and TrackTrack remember of a detection and measure angles on."""
+    top_left, size = _corner_and_size(boxes)
+    return np.concatenate([top_left, top_left + size], axis=1)
+
+
 def xyxy_to_state(boxes: np.ndarray, aspect: bool) -> np.ndarray:
     """(n, 4) x1, y1, x2, y2 boxes as the Kalman filter measures them: cx, cy, w, h, or cx, cy, w / h, h.
 
     Worked out in float32 from the detector's float32 boxes, through the left-top corner and back, as the reference
     trackers (ByteTrack's, Ultralytics') do: on the same detections both then give the same tracks to the last bit."""
-    b = np.asarray(boxes, np.float32).reshape(-1, 4)
-    centre, size = (b[:, :2] + b[:, 2:]) / np.float32(2), b[:, 2:] - b[:, :2]
-    top_left = (centre.astype(np.float64) - size.astype(np.float64) / 2).astype(np.float32)
+    top_left, size = _corner_and_size(boxes)
     state = np.concatenate([top_left + size / np.float32(2), size], axis=1)
     if aspect:
         state[:, 2] /= state[:, 3]
@@ -52,6 +65,7 @@ class Track:
         self.state = TrackState.NEW
         self.is_activated = False
         self.expired = False  # lost past the tracker's buffer (ByteTracker._bookkeep)
+        self.obs = None  # what OC-SORT remembers of its detections (oc_sort.Observations)
         self.start_frame = self.frame_id = 0
 
     def activate(self, track_id: int, frame_id: int, confirmed: bool) -> None:

@@ -1,0 +1,351 @@
+"""TrackTrack (Shim et al., "Focusing on Tracks for Online Multi-Object Tracking", CVPR 2025), as Ultralytics'
+tracktrack tracker runs it without appearance.
+
+Per frame: every track (tracked or lost) is moved by the camera's motion and its Kalman filter ((cx, cy, w, h),
+NSA-Kalman: a confident detection is trusted more); then one association of all tracks against all detections,
+confident, weak (+penalty_p) and those only a looser NMS kept (+penalty_q), on a cost of 1 - HMIoU (IoU times the
+vertical IoU), the gap between a track's extrapolated score and the detection's, and the angle between each corner's
+recent motion and the way to the detection (pairs with IoU <= 0.1 cost 1). The assignment is iterative: the pairs
+that are each other's cheapest are made if below match_thresh, the threshold drops by reduce_step, and again.
+New tracks (track-aware initialisation) come from confident detections left over that overlap no track and no
+stronger new detection by more than tai_thr; they are confirmed after min_track_len detections.
+"""
+
+import itertools
+from collections import deque
+
+import numpy as np
+
+from utils.track import kalman
+from utils.track.byte_tracker import drop_duplicates
+from utils.track.config import TrackerConfig
+from utils.track.gmc import CameraMotion
+from utils.track.tracks import Track, TrackState, boxes_xyxy, detection_xyxy, predict_all, warp_all, xyxy_to_state
+
+CORNER_X, CORNER_Y = [0, 0, 2, 2], [1, 3, 1, 3]  # the four corners of an x1, y1, x2, y2 box
+DELTA_T = 3  # frames over which a track's corner velocities are averaged
+SUPPORT_IOU = 0.10  # a pair needs more IoU than this to be matched at all
+REMOVED_MEMORY = 1000  # identities of removed tracks remembered (a lost list entry of one of them is dropped)
+
+
+class TtTrack(Track):
+    """A track with TrackTrack's memory: its last boxes by frame, corner velocities and previous score."""
+
+    def __init__(self, row: np.ndarray, score32: np.float32):
+        super().__init__(row[:4], row[4], row[5], int(row[6]))
+        self.score32 = self.prev_score = score32  # scores as the reference holds them (float32)
+        self.tracklet_len = 0
+        self.velocity = np.zeros((4, 2), np.float32)
+        self.history: dict[int, np.ndarray] = {}  # box by frame, the last DELTA_T + 1 frames it was seen on
+        self.last_box: np.ndarray | None = None
+
+    def remember(self, frame_id: int, box: np.ndarray) -> None:
+        self.history[frame_id] = self.last_box = box
+        if len(self.history) > DELTA_T + 1:
+            del self.history[min(self.history)]
+
+    def box_back(self, frame_id: int, dt: int) -> np.ndarray:
+        """The box of frame_id - dt, else the last one remembered."""
+        return self.history.get(frame_id - dt, self.last_box)
+
+
+class Detections:
+    """One frame's detections for TrackTrack: rows x1, y1, x2, y2, score, cls, index (-1: recovered), and the boxes
+    and scores in float32 as the reference holds them; confident ones first, then weak, then recovered."""
+
+    def __init__(self, rows: np.ndarray, n_high: int, n_low: int):
+        self.rows, self.n_high, self.n_low = rows, n_high, n_low
+        self.box32 = detection_xyxy(rows[:, :4])
+        self.score32 = rows[:, 4].astype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def subset(self, index) -> "Detections":
+        index = np.asarray(index, np.int64)
+        return Detections(self.rows[index], int((index < self.n_high).sum()), 0)
+
+
+class TrackTrack:
+    """`update(detections, frame, recovered)` per frame, as ByteTracker's (same output rows); recovered: (k, 6)
+    detections a looser NMS kept (their index column is -1)."""
+
+    def __init__(self, config: TrackerConfig, frame_rate: float = 30.0):
+        self.config = config
+        self.max_time_lost = max(int(round(frame_rate / 30.0 * config.track_buffer)), 1)
+        self.camera = CameraMotion(config.gmc_method)
+        self.reset()
+
+    def reset(self) -> None:
+        self.tracked: list[TtTrack] = []
+        self.lost: list[TtTrack] = []
+        self.removed_ids: deque = deque(maxlen=REMOVED_MEMORY)
+        self.frame_id = 0
+        self._ids = itertools.count(1)
+        self.camera.reset()
+
+    def _detections(self, detections, recovered) -> Detections:
+        d = np.asarray(detections, np.float64).reshape(-1, 6)
+        d = np.concatenate([d, np.arange(len(d), dtype=np.float64)[:, None]], axis=1)
+        cfg = self.config
+        real = (d[:, 2] > d[:, 0]) & (d[:, 3] > d[:, 1])  # a box of no width or height cannot start a filter
+        score = d[:, 4].astype(np.float32)
+        high = d[real & (score >= np.float32(cfg.track_high_thresh))]
+        low = d[real & (score > np.float32(cfg.track_low_thresh)) & (score < np.float32(cfg.track_high_thresh))]
+        extra = np.zeros((0, 7))
+        if recovered is not None and len(recovered):
+            r = np.asarray(recovered, np.float64).reshape(-1, 6)
+            r = r[(r[:, 2] > r[:, 0]) & (r[:, 3] > r[:, 1]) & (r[:, 4].astype(np.float32) > cfg.track_high_thresh)]
+            extra = np.concatenate([r, -np.ones((len(r), 1))], axis=1)
+        return Detections(np.concatenate([high, low, extra]), len(high), len(low))
+
+    def update(self, detections: np.ndarray, frame: np.ndarray | None = None, recovered=None) -> np.ndarray:
+        self.frame_id += 1
+        dets = self._detections(detections, recovered)
+        unconfirmed = [t for t in self.tracked if t.state != TrackState.TRACKED]
+        pool = [t for t in self.tracked if t.state == TrackState.TRACKED]
+        ids = {t.track_id for t in pool}
+        pool += [t for t in self.lost if t.track_id not in ids]
+        if frame is not None:
+            affine = self.camera.estimate(frame, dets.box32[: dets.n_high])
+            warp_all(pool, affine)
+            warp_all(unconfirmed, affine)
+        predict_all(pool)
+        predict_all(unconfirmed)
+
+        cost = self._cost(pool, dets)
+        cost[:, dets.n_high : dets.n_high + dets.n_low] += np.float32(self.config.penalty_p)
+        cost[:, dets.n_high + dets.n_low :] += np.float32(self.config.penalty_q)
+        pairs, left, dets_left = iterative_assign(
+            np.clip(cost, 0, 1), self.config.match_thresh, self.config.reduce_step
+        )
+        activated, refound, lost, removed = [], [], [], []
+        for i, _ in pairs:
+            (activated if pool[i].state == TrackState.TRACKED else refound).append(pool[i])
+        self._take(pool, dets, pairs)
+        for i in left:
+            if pool[i].state != TrackState.LOST:
+                pool[i].state = TrackState.LOST
+                lost.append(pool[i])
+        leftover = self._confirm(
+            dets.subset([j for j in dets_left if j < dets.n_high]), unconfirmed, activated, removed
+        )
+        leftover = self._second_chance(pool, lost, leftover, refound)
+        active = [t for t in self.tracked if t.state == TrackState.TRACKED] + activated
+        for j in np.flatnonzero(self._allowed_births(active, leftover)):
+            activated.append(self._start(leftover.rows[j], leftover.score32[j]))
+        for track in self.lost:
+            if self.frame_id - track.frame_id > self.max_time_lost:
+                track.state = TrackState.REMOVED
+                removed.append(track)
+        self._merge(activated, refound, lost, removed)
+        shown = [t for t in self.tracked if t.is_activated and t.frame_id == self.frame_id]
+        info = np.array([(t.track_id, t.score, t.cls, t.det_index) for t in shown], np.float64).reshape(-1, 4)
+        return np.concatenate([boxes_xyxy(shown), info], axis=1)
+
+    def _confirm(self, leftover: Detections, unconfirmed: list, activated: list, removed: list) -> Detections:
+        """New tracks against the confident detections left; those not matched are dropped."""
+        if unconfirmed and len(leftover):
+            pairs, left, dets_left = iterative_assign(
+                self._cost(unconfirmed, leftover), self.config.match_thresh, self.config.reduce_step
+            )
+            activated += [unconfirmed[i] for i, _ in pairs]
+            self._take(unconfirmed, leftover, pairs)
+            dropped = [unconfirmed[i] for i in left]
+            leftover = leftover.subset(dets_left)
+        else:
+            dropped = unconfirmed
+        for track in dropped:
+            track.state = TrackState.REMOVED
+        removed += dropped
+        return leftover
+
+    def _second_chance(self, pool: list, lost: list, leftover: Detections, refound: list) -> Detections:
+        """lost_match_thr > 0: tracks lost before this frame and still unmatched against the detections left."""
+        if self.config.lost_match_thr <= 0 or not len(leftover):
+            return leftover
+        lost_ids = {t.track_id for t in lost}
+        waiting = [t for t in pool if t.state == TrackState.LOST and t.track_id not in lost_ids]
+        if not waiting:
+            return leftover
+        pairs, _, dets_left = iterative_assign(
+            self._cost(waiting, leftover), self.config.lost_match_thr, self.config.reduce_step
+        )
+        refound += [waiting[i] for i, _ in pairs]
+        self._take(waiting, leftover, pairs)
+        return leftover.subset(dets_left)
+
+    def _start(self, row: np.ndarray, score32: np.float32) -> TtTrack:
+        track = TtTrack(row, score32)
+        mean, cov = kalman.initiate(xyxy_to_state(row[:4], False))
+        track.mean, track.covariance = mean[0], cov[0]
+        track.track_id = next(self._ids)
+        track.remember(self.frame_id, track.xyxy)
+        track.state = TrackState.TRACKED if self.config.min_track_len <= 1 else TrackState.NEW
+        track.is_activated = self.frame_id == 1 or track.state == TrackState.TRACKED
+        track.frame_id = track.start_frame = self.frame_id
+        return track
+
+    def _take(self, tracks: list, dets: Detections, pairs) -> None:
+        """Each matched track takes its detection: a tracked (or new) one updates its corner velocities and may be
+        confirmed, a lost one is found again (same identity)."""
+        if not pairs:
+            return
+        matched = [tracks[i] for i, _ in pairs]
+        cols = [j for _, j in pairs]
+        rows, box32, score32 = dets.rows[cols], dets.box32[cols], dets.score32[cols]
+        mean, cov = kalman.update(
+            np.stack([t.mean for t in matched]),
+            np.stack([t.covariance for t in matched]),
+            xyxy_to_state(rows[:, :4], False),
+            confidence=rows[:, 4],
+        )
+        advancing = []
+        for k, (track, row) in enumerate(zip(matched, rows)):
+            if track.state in (TrackState.TRACKED, TrackState.NEW):
+                advancing.append(k)
+            track.prev_score, track.mean, track.covariance = track.score32, mean[k], cov[k]
+            track.score32, track.score, track.cls, track.det_index = score32[k], row[4], row[5], int(row[6])
+            track.frame_id = self.frame_id
+        for k in set(range(len(matched))) - set(advancing):
+            matched[k].remember(self.frame_id, matched[k].xyxy)
+            matched[k].tracklet_len, matched[k].state, matched[k].is_activated = 0, TrackState.TRACKED, True
+        if advancing:
+            _advance([matched[k] for k in advancing], box32[advancing], self.frame_id, self.config.min_track_len)
+
+    def _cost(self, tracks: list, dets: Detections) -> np.ndarray:
+        """(n, m) float32 cost of each track-detection pair (the module docstring's terms, clipped to [0, 1])."""
+        if not tracks or not len(dets):
+            return np.ones((len(tracks), len(dets)), np.float32)
+        track_boxes = boxes_xyxy(tracks).astype(np.float32)
+        iou = iou32(track_boxes, dets.box32)
+        cost = 1.0 - _vertical_iou(track_boxes, dets.box32) * iou
+        current = np.array([t.score32 for t in tracks])
+        projected = current + (current - np.array([t.prev_score for t in tracks]))
+        cost += self.config.conf_weight * np.abs(projected[:, None] - dets.score32[None])
+        supported = iou > SUPPORT_IOU
+        pairs = np.nonzero(supported)
+        if len(pairs[0]):
+            cost[pairs] += self.config.angle_weight * self._angle_cost(tracks, dets, pairs)
+        cost[~supported] = 1.0
+        return np.clip(cost, 0, 1)
+
+    def _angle_cost(self, tracks: list, dets: Detections, pairs) -> np.ndarray:
+        """For the (track, detection) index pairs: the mean over the four corners of the angle (of pi) between the
+        corner's velocity and the way from its box DELTA_T frames back to the detection's, times the score."""
+        rows, cols = pairs
+        back = np.stack([tracks[i].box_back(self.frame_id, DELTA_T) for i in rows])
+        ways = dets.box32[cols] - back
+        dx, dy = ways[:, CORNER_X], ways[:, CORNER_Y]
+        norm = np.sqrt(dx * dx + dy * dy) + 1e-5
+        dx /= norm
+        dy /= norm
+        velocity = np.stack([tracks[i].velocity for i in rows])
+        dot = velocity[:, :, 0] * dx + velocity[:, :, 1] * dy
+        angle = np.abs(np.arccos(np.clip(dot, -1, 1))).mean(axis=-1) / np.pi
+        return angle * dets.score32[cols]
+
+    def _allowed_births(self, active: list, dets: Detections) -> np.ndarray:
+        """Track-aware initialisation: which leftover detections may start a track (score above new_track_thresh,
+        IoU <= tai_thr with every active track and with every stronger detection allowed before it)."""
+        allow = dets.score32 > self.config.new_track_thresh
+        if len(active) + len(dets) < 2:
+            return allow
+        boxes = np.concatenate([boxes_xyxy(active).astype(np.float32), dets.box32])
+        iou = iou32(boxes, boxes)
+        n = len(active)
+        if n:
+            allow &= iou[n:, :n].max(axis=1) <= self.config.tai_thr
+        among = iou[n:, n:]
+        for i in dets.score32.argsort()[::-1]:
+            if allow[i]:
+                beaten = among[i] > self.config.tai_thr
+                beaten[i] = False
+                allow[beaten] = False
+        return allow
+
+    def _merge(self, activated: list, refound: list, lost: list, removed: list) -> None:
+        """The tracked and lost lists for the next frame (ByteTrack's bookkeeping, in the reference's order)."""
+        tracked = [t for t in self.tracked if t.state == TrackState.TRACKED]
+        for extra in (activated, refound):
+            ids = {t.track_id for t in tracked}
+            tracked += [t for t in extra if t.track_id not in ids]
+        ids = {t.track_id for t in tracked}
+        still_lost = [t for t in self.lost if t.track_id not in ids] + lost
+        gone = set(self.removed_ids)
+        still_lost = [t for t in still_lost if t.track_id not in gone]
+        self.tracked, self.lost = drop_duplicates(tracked, still_lost, _iou_cost32)
+        self.removed_ids.extend(t.track_id for t in removed)
+
+
+def _advance(tracks: list, boxes: np.ndarray, frame_id: int, min_track_len: int) -> None:
+    """Tracked (or new) tracks' float32 detection boxes of this frame: their history, corner velocities (the mean
+    over 1..DELTA_T frames back of the unit step of each corner, over the frames apart) and confirmation. A step
+    from a float32 box is worked out in float32, from a float64 one (a Kalman estimate) in float64, as in the
+    reference."""
+    for track, box in zip(tracks, boxes):
+        track.tracklet_len += 1
+        track.remember(frame_id, box)
+    velocity = np.zeros((len(tracks), 4, 2), np.float32)
+    for dt in range(1, DELTA_T + 1):
+        back = [t.box_back(frame_id, dt) for t in tracks]
+        wide = np.array([b.dtype == np.float64 for b in back])
+        for idx in (np.flatnonzero(~wide), np.flatnonzero(wide)):
+            if len(idx):
+                step = boxes[idx] - np.stack([back[i] for i in idx])
+                dx, dy = step[:, CORNER_X], step[:, CORNER_Y]
+                norm = np.sqrt(dx * dx + dy * dy) + 1e-5
+                velocity[idx] += np.stack([dx / norm, dy / norm], axis=-1) / dt
+    velocity /= DELTA_T
+    for track, v in zip(tracks, velocity):
+        track.velocity = v
+        if track.state == TrackState.TRACKED or track.tracklet_len + 1 >= min_track_len:
+            track.state, track.is_activated = TrackState.TRACKED, True
+
+
+def iou32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU (n, m) of float32 x1, y1, x2, y2 boxes, in float32 and the reference's order of operations (TrackTrack's
+    thresholds are met or missed on the last bit)."""
+    w = (np.minimum(a[:, None, 2], b[:, 2]) - np.maximum(a[:, None, 0], b[:, 0])).clip(0)
+    h = (np.minimum(a[:, None, 3], b[:, 3]) - np.maximum(a[:, None, 1], b[:, 1])).clip(0)
+    inter = w * h
+    union = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) + ((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]))[:, None] - inter
+    return inter / (union + 1e-7)
+
+
+def _vertical_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n, m) overlap of the boxes' vertical extents over their union (HMIoU's factor: an object nearer the camera
+    reaches lower in the frame, so boxes at other depths overlap less vertically)."""
+    overlap = np.minimum(a[:, 3:4], b[:, 3:4].T) - np.maximum(a[:, 1:2], b[:, 1:2].T)
+    union = np.maximum(a[:, 3:4], b[:, 3:4].T) - np.minimum(a[:, 1:2], b[:, 1:2].T)
+    return np.clip(overlap / (union + 1e-9), 0, 1)
+
+
+def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[list, list[int], list[int]]:
+    """Pairs (row, column) that are each other's cheapest at a cost below threshold, made in rounds, the threshold
+    lowered by step after each round; then the rows and columns left."""
+    cost = cost.copy()
+    pairs = []
+    rows = np.arange(cost.shape[0])
+    while cost.size:
+        best_col = np.argmin(cost, axis=1)
+        mutual = np.argmin(cost, axis=0)[best_col] == rows
+        new = [(int(i), int(best_col[i])) for i in np.flatnonzero(mutual & (cost[rows, best_col] < threshold))]
+        if not new:
+            break
+        pairs += new
+        for i, j in new:
+            cost[i, :] = np.inf
+            cost[:, j] = np.inf
+        threshold -= step
+    rows_used, cols_used = {i for i, _ in pairs}, {j for _, j in pairs}
+    return (
+        pairs,
+        [i for i in range(cost.shape[0]) if i not in rows_used],
+        [j for j in range(cost.shape[1]) if j not in cols_used],
+    )
+
+
+def _iou_cost32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """1 - IoU of two box arrays in float32 (the reference's duplicate test)."""
+    return 1 - iou32(a.astype(np.float32), b.astype(np.float32))
