@@ -371,8 +371,11 @@ def detect_all(predictor: "Predictor", checked: Source, outputs, save_dir: Path,
     out = DetectRun(save_dir=save_dir, names=predictor.names)
     stream = predictor.stream(checked, frames=tracker is not None)
     pairs = track(stream, tracker, checked.text) if tracker else ((p, None) for p in stream)
+    stride = 1 if checked.stream else predictor.options.vid_stride  # a live stream's dropped frames are not counted
     try:
         for prediction, tracked in pairs:
+            if tracked is not None and prediction.video:  # the MOT file numbers the video's frames: k-th read is k*s
+                tracked = replace(tracked, frame=tracked.frame * stride)
             out.frames += 1
             if not prediction.video or len(out.results) < MAX_FRAME_RESULTS:
                 out.results.append(prediction.result)
