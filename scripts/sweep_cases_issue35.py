@@ -16,6 +16,7 @@ import torch
 from sweep_common import IMAGES, ROOT, SHARED, WEIGHTS, Case
 
 from models.weights.checkpoint import load_checkpoint
+from utils.files import RUN_MARKER
 
 V8 = SHARED / "reference" / "ultralytics" / "yolov8n_random.pt"
 SMALL = ["--img", "160"]
@@ -194,6 +195,7 @@ def _stale_tracks(run: Path, user_file: Path):
 
     def build():
         (run / "tracks").mkdir(parents=True, exist_ok=True)
+        (run / RUN_MARKER).write_text("created by a yolo run\n")  # as the earlier run left it
         for name in ("old_a.txt", "old_b.txt"):
             (run / "tracks" / name).write_text("1,1,10,10,20,20,0.9,-1,-1,-1\n")
         user_file.write_text("the user's own notes\n")
