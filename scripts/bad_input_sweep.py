@@ -261,6 +261,7 @@ OPTIONAL_CASES = (
     ("sweep_cases_datasets", "dataset_cases"),
     ("sweep_cases_tracking", "tracking_cases"),
     ("sweep_cases_hostile_data", "hostile_data_cases"),
+    ("sweep_cases_issue35", "issue35_cases"),
 )
 
 

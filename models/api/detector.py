@@ -23,7 +23,7 @@ from models.api.tta import TTAModel
 from models.export.backends import load_exported
 from models.export.formats import is_backend_path
 from utils.downloads import attempt_download_weights, cached_download, is_url
-from utils.errors import DetectorError
+from utils.errors import DetectorError, SourceError
 from utils.images import VID_FORMATS, read_image_checked, suffix, to_bgr_uint8
 from utils.infer.predict import Precision, PredictOptions, Predictor, check_options
 from utils.infer.sources import check_source, is_stream, not_regular, prepare, too_thin
@@ -159,6 +159,14 @@ def _results(result, image: np.ndarray, names: list[str]) -> Results:
     return Results(boxes, names, result.shape, image, result.path, result.frame, ids_tensor(result.ids), masks)
 
 
+def _kind_of(value) -> str:
+    """What a value is, in a few words, for one-line messages (an array's repr would be many lines of numbers)."""
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple | torch.Size):
+        return f"a {type(value).__name__} of shape {tuple(shape)}"
+    return f"a {type(value).__name__}"
+
+
 def _is_sequence(source) -> bool:
     """Whether a track() source is a sequence (video, folder, glob, list, webcam, stream) rather than frames."""
     if not isinstance(source, (str, Path)):
@@ -230,7 +238,12 @@ class Detector:
     def stream(self, source, verbose: bool = False) -> Iterator[Results]:
         """One Results per image or frame of any source detect.py takes (a file, folder, glob, .txt list, video,
         webcam index or stream URL), made when asked for: nothing is kept, so memory stays flat on an endless
-        stream. Raises SourceError for a source that cannot be read."""
+        stream. Raises SourceError for a source that cannot be read, or that is an image rather than a source."""
+        if isinstance(source, bool) or not isinstance(source, (str, Path, int)):
+            raise SourceError(
+                f"Detector.stream reads a source detect.py takes (a path, glob, URL or webcam index), not "
+                f"{_kind_of(source)}: call the Detector on images and arrays (detector(image)), or track() them"
+            )
         for prediction in self.predictor.stream(check_source(source), verbose=verbose):
             yield _results(prediction.result, prediction.image, self.names)
 

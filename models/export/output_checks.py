@@ -35,14 +35,34 @@ def _end2end_problem(out: torch.Tensor, classes: int) -> str | None:
     return None
 
 
-def _raw_problem(out: torch.Tensor, input_hw: tuple[int, int], strides: list[float]) -> str | None:
-    rows = anchor_rows(*input_hw, strides)
-    if out.shape[1] not in rows:
+def _rows_problem(rows: int, input_hw: tuple[int, int], strides: list[float], anchors: bool | None) -> str | None:
+    """Why a raw output's row count does not fit the metadata: not one per anchor at all (an end-to-end model), or
+    one per cell where the family recorded has three anchors per cell (YOLOv5), or the other way round (anchors None:
+    either is taken)."""
+    per_cell = anchor_rows(*input_hw, strides)
+    if rows not in per_cell:
         return (
-            f"it gave {out.shape[1]} rows for a {input_hw[0]}x{input_hw[1]} input, not one per anchor ({rows[0]} or "
-            f"{rows[1]}): the final detections of an end-to-end model, which its metadata says it is not (end2end: "
+            f"it gave {rows} rows for a {input_hw[0]}x{input_hw[1]} input, not one per anchor ({per_cell[0]} or "
+            f"{per_cell[1]}): the final detections of an end-to-end model, which its metadata says it is not (end2end: "
             "false)"
         )
+    if anchors is not None and rows != per_cell[1 if anchors else 0]:
+        shown, claimed = (
+            ("three per grid cell", "one per cell") if rows == per_cell[1] else ("one per grid cell", "three")
+        )
+        return (
+            f"its {rows} rows for a {input_hw[0]}x{input_hw[1]} input are {shown} (a network of another family), "
+            f"but the family its metadata names has {claimed}: its thresholds and decoding would be wrong"
+        )
+    return None
+
+
+def _raw_problem(
+    out: torch.Tensor, input_hw: tuple[int, int], strides: list[float], anchors: bool | None = None
+) -> str | None:
+    problem = _rows_problem(out.shape[1], input_hw, strides, anchors)
+    if problem:
+        return problem
     if out.shape[1] >= MIN_SORTED_ROWS:
         step = out[:, 1:, 4] - out[:, :-1, 4]
         if bool((step <= 0).all()) and bool((step < 0).any()):  # the anchor-free head's objectness is constant 1
@@ -61,11 +81,17 @@ def _raw_problem(out: torch.Tensor, input_hw: tuple[int, int], strides: list[flo
 
 
 def output_problem(
-    out: torch.Tensor, input_hw: tuple[int, int], classes: int, end2end: bool, strides: list[float]
+    out: torch.Tensor,
+    input_hw: tuple[int, int],
+    classes: int,
+    end2end: bool,
+    strides: list[float],
+    anchors: bool | None = None,
 ) -> str | None:
-    """None when a (B, N, width) output (width already checked) fits what the metadata claims, else why not."""
+    """None when a (B, N, width) output (width already checked) fits what the metadata claims, else why not;
+    anchors, the recorded family's (None: not known), settles how many rows per grid cell a raw output has."""
     if not torch.isfinite(out).all():
         return "its output holds NaN or infinite values (a damaged export)"
     if end2end:
         return _end2end_problem(out, classes)
-    return _raw_problem(out, input_hw, strides)
+    return _raw_problem(out, input_hw, strides, anchors)

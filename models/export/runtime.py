@@ -74,7 +74,8 @@ class Backend(nn.Module):
             shape = f"(batch, boxes, {self.output_width})"
             raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(out.shape)}, expected {shape}")
         out = out.to(x.device).float()
-        problem = output_problem(out, tuple(x.shape[2:]), len(self.names), self.family.end2end, self.stride.tolist())
+        hw, strides = tuple(x.shape[2:]), self.stride.tolist()
+        problem = output_problem(out, hw, len(self.names), self.family.end2end, strides, self.family.anchors)
         if problem:
             raise BackendError(f"{self.path}: its metadata does not fit the model: {problem}")
         return out

@@ -96,7 +96,7 @@ DEFAULT = YOLOV5  # an export written before exports recorded their family, and 
 
 def family_named(name) -> Family:
     """The family a checkpoint or an export records; ModelConfigError for a name we do not know."""
-    if name not in FAMILIES:
+    if not isinstance(name, str) or name not in FAMILIES:  # a list or mapping from a file is no name either
         raise ModelConfigError(f"unknown model family {str(name)[:40]!r} (known: {', '.join(FAMILIES)})")
     return FAMILIES[name]
 

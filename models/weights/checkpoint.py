@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from models.nn.config import MAX_CLASSES, config_parameters, short_repr
-from models.nn.family import family_of_checkpoint, family_of_config
+from models.nn.family import Family, family_named, family_of_checkpoint, family_of_config
 from models.nn.task import task_of_checkpoint, task_of_config
 from models.nn.yolo import Model
 from models.weights.safe_pickle import Record, check_tensor_bytes, read_bounded, scan_tree
@@ -149,6 +149,28 @@ def _from_official(ckpt: dict, where: str, size: int) -> dict:
     }
 
 
+def _checked_family(ckpt: dict, where: str) -> Family:
+    """The family a checkpoint records, checked against its network: a name we know, and the family its config
+    builds (anchors or not, end-to-end or not), so that a file cannot make the engines treat an anchor-free network
+    as YOLOv5's. Files written before checkpoints recorded it are recognised by their config, once, here."""
+    network = family_of_config(ckpt["yaml"])
+    recorded = ckpt.get("family")
+    if recorded is None:
+        return network
+    if not isinstance(recorded, str):
+        raise CheckpointError(f"{where}: its 'family' entry is a {type(recorded).__name__}, not a family's name")
+    try:
+        family = family_named(recorded)
+    except ModelConfigError as e:
+        raise CheckpointError(f"{where}: {one_line(e)}") from None
+    if family is not network:
+        raise CheckpointError(
+            f"{where} says its model is {family.title} but its network is {network.title}'s (the file's 'family' "
+            "entry does not match its config)"
+        )
+    return family
+
+
 def training_size(ckpt: dict) -> int | None:
     """The image size a checkpoint was trained at: train_args['imgsz'] (ours and Ultralytics'), or opt['imgsz'] /
     opt['img_size'] (official YOLOv5); the larger side of a pair. None when the file does not say."""
@@ -181,8 +203,8 @@ def load_checkpoint(path: str | Path) -> dict:
     if ckpt.get("format") == FORMAT:
         check_tensor_bytes(tensors, size, where)
         ckpt["names"] = _names_list(ckpt.get("names"), _config_nc(ckpt.get("yaml"), where), where)
-        try:  # recorded since families (and tasks) were declared; older files are recognised by their config, here
-            ckpt["family"] = family_of_checkpoint(ckpt).name
+        ckpt["family"] = _checked_family(ckpt, where).name
+        try:  # recorded since tasks were declared; older files are recognised by their config, here
             ckpt["task"] = task_of_checkpoint(ckpt).name
         except ModelConfigError as e:
             raise CheckpointError(f"{where}: {one_line(e)}") from None

@@ -77,3 +77,33 @@ def test_tracker_yaml_with_a_bad_value(tmp_path, frames):
     bad.write_text("tracker_type: bytetrack\nnew_track_thresh: 7\n")
     with pytest.raises(TrackerError, match="new_track_thresh must be a number from 0 to 1"):
         _run(tmp_path, frames / "clip.avi", track=str(bad))
+
+
+@pytest.mark.slow
+def test_vid_stride_numbers_the_videos_frames_and_a_rerun_leaves_no_stale_tracks(tmp_path, frames):
+    """With --vid-stride 2 the 2nd, 4th and 6th frames are read: the MOT file numbers them 2, 4, 6 (the video's own
+    frames, which the ground truth uses). An --exist-ok rerun removes the tracks an earlier run left in the run
+    folder, a link there but not the user's file it points to (issue 35)."""
+    user_file = tmp_path / "notes.txt"
+    user_file.write_text("mine\n")
+    first = _run(tmp_path, frames / "seq", track="bytetrack.yaml", nosave=True)
+    (first.save_dir / "tracks" / "notes.txt").symlink_to(user_file)
+    out = _run(tmp_path, frames / "clip.avi", track="bytetrack.yaml", vid_stride=2, nosave=True, exist_ok=True)
+    assert out.save_dir == first.save_dir and out.frames == 3
+    assert sorted(p.name for p in (out.save_dir / "tracks").iterdir()) == ["clip.txt"]  # seq.txt, the link: gone
+    assert user_file.read_text() == "mine\n"
+    mot = read_mot(out.save_dir / "tracks" / "clip.txt")
+    assert sorted(set(mot[:, 0].astype(int))) == [2, 4, 6]
+
+
+def test_sizes_changing_between_frames_track_on(tmp_path, frames, log):
+    """BoT-SORT (the default tracker) over frames of three sizes: its camera-motion estimate restarts on each new
+    size, said once, and every frame is tracked (issue 35)."""
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    image = cv2.imread(str(BUS))
+    for i, crop in enumerate([image, image, image[100:740, :480], image[100:740, :480], image[:600, :600], image]):
+        cv2.imwrite(str(mixed / f"f{i + 1}.jpg"), crop)
+    out = _run(tmp_path, mixed, track="botsort.yaml", nosave=True)
+    assert out.frames == 6 and all(r.ids is not None for r in out.results)
+    assert sum("frame size changed" in m for m in log.messages) == 1

@@ -129,6 +129,9 @@ def test_defaults_come_from_the_model_and_a_given_value_wins(log):
     given = model_defaults(PredictOptions(img_size=320, conf_thres=0.5, iou_thres=0.3, max_det=500), model)
     assert (given.img_size, given.conf_thres, given.iou_thres, given.max_det) == (320, 0.5, 0.3, 300)
     assert "--max-det 500: YOLO26 models give at most 300" in log.text
+    model.imgsz = 100  # recorded off the stride (16): used at 112, and logged so (issue 35)
+    assert model_defaults(PredictOptions(), model).img_size == 112
+    assert "image size 112 (the size the weights record, 100, rounded up to a multiple of stride 16)" in log.text
     model.family, model.imgsz = YOLOV5, None
     assert (
         model_defaults(PredictOptions(), model).img_size == 640

@@ -74,3 +74,17 @@ def test_optical_flow_needs_corners_in_the_previous_frame_only(texture, monkeypa
     affine = motion.estimate(texture[26:266, 52:372])
     assert np.allclose(affine[:, 2], [-12, -6], atol=1.0)
     assert np.allclose(motion.estimate(texture[20:260, 40:360]), np.eye(2, 3))
+
+
+@pytest.mark.parametrize("method", ["sparseOptFlow", "orb", "sift", "ecc"])
+def test_a_new_frame_size_restarts_the_estimate(texture, method, log):
+    """Frames whose size changes (a folder of mixed images, a stream that changes resolution) cannot be paired with
+    the previous one: no motion on the new size, said once, and the estimate works again between frames of it."""
+    motion = CameraMotion(method)
+    motion.estimate(texture[20:260, 40:360])
+    assert np.allclose(motion.estimate(texture[:200, :400]), np.eye(2, 3))  # wider and shorter
+    assert np.allclose(motion.estimate(texture[20:260, 40:360]), np.eye(2, 3))  # back to the first size
+    said = [m for m in log.messages if "frame size changed" in m]
+    assert len(said) == 1 and "320x240 to 400x200" in said[0]
+    affine = motion.estimate(texture[26:266, 52:372])
+    assert np.allclose(affine[:, 2], [-12, -6], atol=1.0)

@@ -31,6 +31,7 @@ from utils.eval.validate import (
     make_folder,
 )
 from utils.infer.outputs import clear_stale_labels
+from utils.infer.predict import recorded_size
 from utils.log import LOGGER, one_line
 from utils.torch_utils import prepare_for_inference, select_device
 
@@ -59,7 +60,7 @@ def validate(o: TestCommand) -> ValidationResult:
         o = replace(o, conf_thres=conf, iou_thres=iou, save_json=False, plots=False, save_txt=False)
     nc = 1 if o.single_cls else _check_classes(model, data)
     stride = max(int(model.stride.max()), 32)
-    imgsz = check_img_size(training_size(model, o.imgsz, "test"), stride)
+    imgsz = check_img_size(training_size(model, o.imgsz, "test", stride), stride)
     imgsz, batch_size, square = _input_plan(model, imgsz, o.batch_size, o.task)
     loader = _validation_loader(data, split, square, imgsz, batch_size, stride, o.single_cls, o.workers, nc)
     save_dir = _output_folder(o.project, o.name, o.exist_ok, o.save_txt, loader.dataset)
@@ -86,12 +87,12 @@ def validate(o: TestCommand) -> ValidationResult:
     return result
 
 
-def training_size(model, imgsz: int | None, what: str) -> int:
-    """imgsz when given, else the size the model was trained at (640 when its weights do not say); one log line
-    with the family's thresholds' source."""
-    trained = getattr(model, "imgsz", None)
+def training_size(model, imgsz: int | None, what: str, stride: int = 32) -> int:
+    """imgsz when given, else the size the model was trained at, rounded up to a multiple of stride (640 when its
+    weights do not say); one log line with the family's thresholds' source."""
+    trained, recorded_said = recorded_size(model, stride)
     size = imgsz or trained or DEFAULT_SIZE
-    said = "--img" if imgsz else "the size the weights record" if trained else "the default"
+    said = "--img" if imgsz else recorded_said
     LOGGER.info(f"{model.family.title} model: {what} image size {size} ({said})")
     return size
 

@@ -176,9 +176,9 @@ def write_image(file: Path, image: np.ndarray, may_write=lambda f: True) -> Path
     return None
 
 
-def clear_stale_labels(folder: Path, inputs: set[tuple[int, int]]) -> int:
-    """Remove the *.txt files an earlier run left in a run folder's labels/ (never an input), so labels/ holds
-    this run's labels only; the number removed. Only a real folder inside a run folder is cleared."""
+def clear_stale_labels(folder: Path, inputs: set[tuple[int, int]], kind: str = "label") -> int:
+    """Remove the *.txt files an earlier run left in a run folder's labels/ (or tracks/; never an input), so the
+    folder holds this run's files only; the number removed. Only a real folder inside a run folder is cleared."""
     if not is_run_dir(folder.parent) or folder.is_symlink() or not folder.is_dir():
         return 0
     removed = 0
@@ -189,7 +189,7 @@ def clear_stale_labels(folder: Path, inputs: set[tuple[int, int]]) -> int:
             file.unlink()
             removed += 1
     if removed:
-        LOGGER.info(f"Removed {removed} label file{'s' * (removed != 1)} of an earlier run from {folder}")
+        LOGGER.info(f"Removed {removed} {kind} file{'s' * (removed != 1)} of an earlier run from {folder}")
     return removed
 
 
@@ -221,10 +221,11 @@ class VideoWriter:
 
 class MotFiles:
     """One MOTChallenge file per tracked sequence, tracks/<sequence stem>.txt, appended to frame by frame (one file
-    open at a time: a run reads its sequences one after another). Sequences with the same stem get _2, _3 ..."""
+    open at a time: a run reads its sequences one after another). Sequences with the same stem get _2, _3 ...
+    The first write clears the *.txt an earlier run left there (an --exist-ok rerun), as labels/ is cleared."""
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    def __init__(self, folder: Path, inputs: set[tuple[int, int]] = frozenset()):
+        self.folder, self.inputs = folder, inputs
         self.files: dict[str, Path] = {}
         self.handle = None
         self.open_sequence = ""
@@ -243,6 +244,8 @@ class MotFiles:
             self.close()
             file = self.path(tracked.sequence)
             self.folder.mkdir(parents=True, exist_ok=True)
+            if len(self.files) == 1:  # this run's first sequence: what is there is an earlier run's
+                clear_stale_labels(self.folder, self.inputs, "track")
             if not may_write(file):
                 return
             self.handle, self.open_sequence = open(file, "w", encoding="utf-8"), tracked.sequence
@@ -273,7 +276,7 @@ class Outputs:
         self.written: set[Path] = set()  # files this run wrote (or may write: a video being written)
         self.refused: set[Path] = set()  # files it was refused to write, warned about once
         self.labels: set[Path] = set()  # the label files this run wrote
-        self.tracks = MotFiles(save_dir / "tracks")
+        self.tracks = MotFiles(save_dir / "tracks", self.inputs)
         if options.save_txt:
             (save_dir / "labels").mkdir(parents=True, exist_ok=True)
             clear_stale_labels(save_dir / "labels", self.inputs)

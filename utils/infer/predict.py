@@ -201,10 +201,23 @@ def shapes_text(shapes: list[tuple[int, ...]]) -> str:
     return f"{len(shapes)} letterboxed shapes (last {shapes[-1]})"
 
 
+def recorded_size(model, stride: int) -> tuple[int | None, str]:
+    """The size a model was trained at (model.imgsz; None when its weights do not say) rounded up to a multiple of
+    stride, as inference and validation will use it, and the words that say where it came from (and that it was
+    rounded: a size recorded as 100 runs at 128, and is logged so)."""
+    recorded = getattr(model, "imgsz", None)
+    if not recorded:
+        return None, "the default"
+    size = -(-int(recorded) // stride) * stride
+    rounded = f", {recorded}, rounded up to a multiple of stride {stride}" if size != recorded else ""
+    return size, f"the size the weights record{rounded}"
+
+
 def model_defaults(options: PredictOptions, model, log: bool = True) -> PredictOptions:
     """options with the size and thresholds left at None taken from the model (its training size, else 640; its
     family's predict thresholds), and one log line saying which were used and why."""
-    family, trained = model.family, getattr(model, "imgsz", None)
+    family = model.family
+    trained, recorded_said = recorded_size(model, int(model.stride.max()))
     size = options.img_size if options.img_size is not None else trained or DEFAULT_SIZE
     conf = options.conf_thres if options.conf_thres is not None else family.predict_conf
     iou = options.iou_thres if options.iou_thres is not None else family.predict_iou
@@ -216,7 +229,7 @@ def model_defaults(options: PredictOptions, model, log: bool = True) -> PredictO
         )
         max_det = family.max_det
     if log:
-        said = "--img" if options.img_size is not None else "the size the weights record" if trained else "the default"
+        said = "--img" if options.img_size is not None else recorded_said if trained else "the default"
         LOGGER.info(
             f"{family.title} model: image size {size_text(size)} ({said}), conf {conf:g}, IoU {iou:g}"
             + ("" if options.conf_thres is not None and options.iou_thres is not None else " (the family's defaults)")
@@ -401,8 +414,11 @@ def detect_all(predictor: "Predictor", checked: Source, outputs, save_dir: Path,
     out = DetectRun(save_dir=save_dir, names=predictor.names)
     stream = predictor.stream(checked, frames=tracker is not None)
     pairs = track(stream, tracker, checked.text) if tracker else ((p, None) for p in stream)
+    stride = 1 if checked.stream else predictor.options.vid_stride  # a live stream's dropped frames are not counted
     try:
         for prediction, tracked in pairs:
+            if tracked is not None and prediction.video:  # the MOT file numbers the video's frames: k-th read is k*s
+                tracked = replace(tracked, frame=tracked.frame * stride)
             out.frames += 1
             if not prediction.video or len(out.results) < MAX_FRAME_RESULTS:
                 out.results.append(prediction.result)

@@ -5,11 +5,14 @@ downscaled grey image (2x, as BoT-SORT does) and scaled back: sparseOptFlow trac
 to 400, Ultralytics' count) into this one with pyramidal Lucas-Kanade, orb and sift match keypoints outside the
 detections, ecc aligns the images by enhanced correlation; the point methods fit a partial affine (rotation, uniform
 scale, shift) robustly with RANSAC. When an estimate fails (fewer than 5 point pairs, a blank frame) the motion is
-taken as none.
+taken as none. A frame of another size than the previous one (a folder of mixed images, a stream that changes
+resolution) cannot be compared with it: the estimate starts again from that frame (no motion), said once.
 """
 
 import cv2
 import numpy as np
+
+from utils.log import LOGGER
 
 IDENTITY = np.eye(2, 3)
 DOWNSCALE = 2
@@ -23,13 +26,28 @@ class CameraMotion:
     def __init__(self, method: str = "sparseOptFlow"):
         self.method = method
         self.previous = None  # the previous frame's grey image, and its keypoints/descriptors for orb/sift
+        self.size: tuple[int, int] | None = None  # (h, w) of the previous frame
+        self.size_change_said = False
         if method == "orb":
             self.detector, self.norm = cv2.ORB_create(), cv2.NORM_HAMMING
         elif method == "sift":
             self.detector, self.norm = cv2.SIFT_create(nOctaveLayers=3, contrastThreshold=0.02), cv2.NORM_L2
 
     def reset(self) -> None:
-        self.previous = None
+        self.previous, self.size = None, None
+
+    def _restart_on_new_size(self, size: tuple[int, int]) -> None:
+        """Forget the previous frame when this one has another size: neither optical flow nor ECC can pair two
+        images of different sizes, and keypoints of a resized frame would read as camera motion."""
+        if self.size is not None and size != self.size:
+            self.previous = None
+            if not self.size_change_said:
+                LOGGER.warning(
+                    f"WARNING: frame size changed from {self.size[1]}x{self.size[0]} to {size[1]}x{size[0]}: the "
+                    "camera-motion estimate restarts on each new size (said once)"
+                )
+                self.size_change_said = True
+        self.size = size
 
     def estimate(self, frame: np.ndarray | None, boxes: np.ndarray | None = None) -> np.ndarray:
         """The affine from the previous frame to this one. boxes (n, >=4 x1, y1, x2, y2), the frame's detections,
@@ -39,6 +57,7 @@ class CameraMotion:
             return IDENTITY.copy()
         grey = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY) if frame.ndim == 3 else frame
         h, w = grey.shape[:2]
+        self._restart_on_new_size((h, w))
         grey = cv2.resize(grey, (max(w // DOWNSCALE, 1), max(h // DOWNSCALE, 1)))
         if self.method == "ecc":
             affine = self._ecc(grey)

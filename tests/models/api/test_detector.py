@@ -12,7 +12,7 @@ from PIL import Image
 
 import detect
 from models import Detector, Results, load_detector
-from utils.errors import DetectorError, YoloError
+from utils.errors import DetectorError, SourceError, YoloError
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT.parent / "shared"
@@ -123,6 +123,24 @@ def test_bad_inputs_raise_one_line(detector, tmp_path, bad, words):
         detector(bad)
     assert words in str(info.value) and "\n" not in str(info.value)
     assert isinstance(info.value, YoloError)
+
+
+@needs_shared
+@pytest.mark.parametrize(
+    "image, words",
+    [
+        (np.zeros((100, 100, 3), np.uint8), "not a ndarray of shape (100, 100, 3)"),
+        (torch.zeros(1, 3, 64, 64), "not a Tensor of shape (1, 3, 64, 64)"),
+        (Image.new("RGB", (20, 20)), "not a Image"),
+        ([np.zeros((8, 8, 3), np.uint8)], "not a list"),
+    ],
+)
+def test_stream_of_an_image_is_one_line(detector, image, words):
+    """stream() reads sources (paths, URLs, webcams); an image given to it is one line saying what to call instead,
+    not an array's repr over many lines (issue 35)."""
+    with pytest.raises(SourceError) as info:
+        next(detector.stream(image))
+    assert words in str(info.value) and "detector(image)" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_corrupt_file_and_bad_options(tmp_path):

@@ -80,3 +80,17 @@ def test_non_finite_outputs_are_refused(value):
     out = torch.zeros(1, 5, 6)
     out[0, 2, 1] = value
     assert "NaN or infinite" in output_problem(out, (64, 64), 80, True, STRIDES)
+
+
+def test_rows_per_cell_must_be_the_recorded_familys(yolo26_outputs, small_model):
+    """An export whose metadata names another family than its network is refused by its rows per grid cell: one per
+    cell is an anchor-free network (YOLOv8/YOLO11, YOLO26's one-to-many), three is YOLOv5's anchors (issue 35)."""
+    raw = yolo26_outputs["raw"]
+    with torch.no_grad():
+        v5 = small_model.eval()(torch.rand(1, 3, 96, 128))[0]
+    assert output_problem(raw, (96, 128), 80, False, STRIDES, anchors=False) is None
+    assert output_problem(v5, (96, 128), 2, False, STRIDES, anchors=True) is None
+    said = output_problem(raw, (96, 128), 80, False, STRIDES, anchors=True)
+    assert said and f"its {raw.shape[1]} rows for a 96x128 input are one per grid cell" in said
+    said = output_problem(v5, (96, 128), 2, False, STRIDES, anchors=False)
+    assert said and f"its {v5.shape[1]} rows for a 96x128 input are three per grid cell" in said
