@@ -248,8 +248,8 @@ class Detector:
             yield _results(prediction.result, prediction.image, self.names)
 
     def track(self, source, tracker: str | Path = "botsort.yaml", persist: bool = True, stream: bool = False):
-        """Detections with identities (Results.id), by ByteTrack or BoT-SORT (tracker: bytetrack.yaml, botsort.yaml
-        or a tracker YAML's path).
+        """Detections with identities (Results.id), by ByteTrack, BoT-SORT, OC-SORT or TrackTrack (tracker:
+        bytetrack.yaml, botsort.yaml, ocsort.yaml, tracktrack.yaml or a tracker YAML's path).
 
         source is either frames (an image, array, PIL image or tensor, or a list of them), tracked as the next frames
         of one sequence, or a video, a folder of frames, a webcam or a stream, each video a sequence of its own.

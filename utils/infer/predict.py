@@ -155,7 +155,8 @@ class DetectCommand:
     vid_stride: int = 1
     bf16: bool = False
     augment: bool = False
-    track: str | Path | None = None  # a tracker YAML (bytetrack.yaml, botsort.yaml or a path): identities on frames
+    # a tracker YAML (bytetrack.yaml, botsort.yaml, ocsort.yaml, tracktrack.yaml or a path): identities on frames
+    track: str | Path | None = None
 
 
 def inference_size(imgsz: int | list[int] | tuple[int, ...], stride: int = 32) -> list[int]:
