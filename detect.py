@@ -120,8 +120,7 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     half_help = "FP16 inference on CUDA (default: on for GPUs with fast FP16; never on CPU)"
     add("--half", action=argparse.BooleanOptionalAction, default=None, help=half_help)
     add("--vid-stride", type=limit["vid_stride"], default=1, help="video frame-rate stride")
-    trackers = "bytetrack.yaml, botsort.yaml, ocsort.yaml, tracktrack.yaml or a path"
-    add("--track", nargs="?", const="botsort.yaml", metavar="TRACKER", help=trackers)
+    add("--track", nargs="?", const="botsort.yaml", metavar="TRACKER", help="bytetrack/botsort/ocsort/tracktrack.yaml")
     for flag, text in SWITCHES.items():
         add(flag, action="store_true", help=text)
     opt = parser.parse_args(argv)
