@@ -110,6 +110,30 @@ FORMATS = {
             static=True,
             converts_half=True,
         ),
+        ExportFormat(
+            "litert",
+            ".tflite",
+            folder=False,
+            int8=False,
+            bf16=False,
+            writer="models.export.litert_format:export_litert",
+            metadata="models.export.litert_format:litert_metadata",
+            backend="models.export.litert_format:LiteRTBackend",
+            static=True,
+            converts_half=True,
+        ),
+        ExportFormat(
+            "executorch",
+            "_executorch_model",
+            folder=True,
+            int8=False,
+            bf16=False,
+            writer="models.export.executorch_format:export_executorch",
+            metadata="models.export.executorch_format:executorch_metadata",
+            backend="models.export.executorch_format:ExecuTorchBackend",
+            files=(".pte",),
+            static=True,
+        ),
     )
 }
 INT8_FORMATS = tuple(name for name, f in FORMATS.items() if f.int8)
