@@ -256,7 +256,11 @@ def _markdown(outcomes: list[Outcome]) -> str:
 
 
 # Case files other helpers add (module, function): registered when present, so the sweep runs without them.
-OPTIONAL_CASES = (("sweep_cases_datasets", "dataset_cases"), ("sweep_cases_tracking", "tracking_cases"))
+OPTIONAL_CASES = (
+    ("sweep_cases_datasets", "dataset_cases"),
+    ("sweep_cases_tracking", "tracking_cases"),
+    ("sweep_cases_edge", "edge_cases"),
+)
 
 
 def optional_cases(sweep: Sweep) -> list[Case]:

@@ -56,7 +56,6 @@ class ExecuTorchBackend(Backend):
     kind = "ExecuTorch"
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
-        runtime = import_runtime("executorch.runtime")
         super().__init__(path, parse_metadata(executorch_metadata(path), path), device)
         program_file = path / PROGRAM
         if not program_file.is_file():
@@ -64,6 +63,7 @@ class ExecuTorchBackend(Backend):
         with open(program_file, "rb") as f:
             if f.read(8)[4:6] != PTE_ID:
                 raise BackendError(f"{program_file} is not an ExecuTorch program: no ET flatbuffer header")
+        runtime = import_runtime("executorch.runtime")  # after the files' checks, as NCNN's
         try:
             program = runtime.Runtime.get().load_program(program_file)
             self.method = program.load_method("forward")

@@ -107,11 +107,11 @@ class LiteRTBackend(Backend):
     own_threads = True  # the interpreter runs on its own thread pool: the Predictor then pre-processes in NumPy
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
-        interpreter = import_runtime("ai_edge_litert.interpreter")
         super().__init__(path, parse_metadata(litert_metadata(path), path), device)
         with open(path, "rb") as f:
             if f.read(8)[4:] != FLATBUFFER_ID:
                 raise BackendError(f"{path} is not a LiteRT model: no {FLATBUFFER_ID.decode()} flatbuffer header")
+        interpreter = import_runtime("ai_edge_litert.interpreter")  # after the file's checks, as NCNN's
         try:
             self.interpreter = interpreter.Interpreter(model_path=str(path), num_threads=torch.get_num_threads())
             self.interpreter.allocate_tensors()

@@ -112,12 +112,12 @@ class NcnnBackend(Backend):
     own_threads = True  # NCNN runs on its own thread pool: the Predictor then pre-processes in NumPy
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
-        ncnn = import_runtime("ncnn")
         super().__init__(path, parse_metadata(ncnn_metadata(path), path), device)
         param, weights = path / PARAM, path / BIN
         check_param(param)
         if not weights.is_file():
             raise BackendError(f"{weights} is missing: an NCNN model is its .param and .bin (export it again)")
+        ncnn = import_runtime("ncnn")  # after the files' checks: a damaged export says so with or without it
         net = ncnn.Net()
         half = self.precision == "fp16"
         for option in ("use_fp16_packed", "use_fp16_storage"):
