@@ -73,7 +73,7 @@ class Agreement:
     def add_rows(self, expected: torch.Tensor, got: torch.Tensor) -> None:
         """Count one image's raw rows (one per anchor, (n, 6) as rows() gives), row against the same row."""
         self.total += len(expected)
-        iou = box_iou(expected[:, :4], got[:, :4]).diagonal()
+        iou = _paired_iou(expected[:, :4], got[:, :4])
         conf = (expected[:, 4] - got[:, 4]).abs()
         good = (iou >= MIN_IOU) & (conf <= MAX_CONF_DIFF) & (expected[:, 5] == got[:, 5])
         self.matched += int(good.sum())
@@ -86,6 +86,13 @@ class Agreement:
             f"{self.matched}/{self.total} matched ({self.rate:.2%}), lowest IoU {self.worst_iou:.4f}, "
             f"largest confidence difference {self.worst_conf:.4f}"
         )
+
+
+def _paired_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU of each box of a with the box of b in the same row (xyxy)."""
+    inter = (torch.minimum(a[:, 2:], b[:, 2:]) - torch.maximum(a[:, :2], b[:, :2])).clamp(min=0).prod(1)
+    union = (a[:, 2:] - a[:, :2]).prod(1) + (b[:, 2:] - b[:, :2]).prod(1) - inter
+    return inter / union.clamp(min=1e-9)
 
 
 def rows(pred: torch.Tensor) -> torch.Tensor:
