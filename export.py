@@ -11,6 +11,8 @@ refused with one line:
                                                          # (default size: the one the weights were trained at)
     python export.py --weights best.pt --include openvino onnx --int8 --data coco128.yaml  # INT8, calibrated (NNCF)
     python export.py --weights best.pt --include engine --half --device 0       # TensorRT FP16 (CUDA, tensorrt)
+    python export.py --weights best.pt --include ncnn litert executorch         # edge runtimes (static shape;
+                                                                                # pip install -r requirements-edge.txt)
 
 Exports are dynamic in batch, height and width by default (unlike YOLOv5, whose exports are static unless
 --dynamic): detect.py and test.py then feed them the same rectangular letterboxed inputs as the .pt and get the
@@ -19,7 +21,8 @@ Exports are dynamic in batch, height and width by default (unlike YOLOv5, whose 
 split and writes <stem>_int8.onnx / <stem>_int8_openvino_model/ beside the float exports.
 Every export returns the decoded predictions (B, N, 5 + nc), or YOLO26's final detections (B, 300, 6), and carries
 the class names, the model family and the stride as metadata. The formats are declared in models/export/formats.py.
-onnx, onnxruntime, openvino and nncf are optional: pip install -r requirements-export.txt
+onnx, onnxruntime, openvino and nncf are optional: pip install -r requirements-export.txt; the edge formats' packages
+(ncnn, pnnx, litert-torch, ai-edge-litert, executorch) are another extra: pip install -r requirements-edge.txt
 """
 
 import argparse
@@ -60,7 +63,8 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (YOLOv5 export.py flags, plus --static, --int8 and its calibration)."""
     parser = Parser(
         prog="export.py",
-        description="Export YOLOv5, YOLOv8, YOLO11 or YOLO26 weights to TorchScript, ONNX, OpenVINO or TensorRT",
+        description="Export YOLOv5, YOLOv8, YOLO11 or YOLO26 weights to TorchScript, ONNX, OpenVINO, TensorRT, NCNN, "
+        "LiteRT or ExecuTorch",
     )
     add = parser.add_argument
     add("--weights", default="yolov5s.pt", help="weights to export: ours, or official YOLOv5/YOLOv8/YOLO11/YOLO26 .pt")
@@ -70,7 +74,7 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     add("--img-size", "--img", "--imgsz", dest="imgsz", nargs="+", type=int_in(32, 8192), default=None, help=size_help)
     add("--batch-size", type=int_in(1, 1024), default=1, help="batch size of the exported input")
     add("--device", default="cpu", help="cpu, or a CUDA device: 0")
-    add("--half", action="store_true", help="FP16 export (CUDA only)")
+    add("--half", action="store_true", help="FP16 export (CUDA only; on any device for ncnn and litert)")
     add("--dynamic", action="store_true", help="dynamic batch, height and width: the default, kept for YOLOv5's flag")
     add("--static", action="store_true", help="one fixed input shape (--img-size, --batch-size) instead of dynamic")
     int8_formats = ", ".join(name for name, f in FORMATS.items() if f.int8)

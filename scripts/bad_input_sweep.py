@@ -262,6 +262,7 @@ OPTIONAL_CASES = (
     ("sweep_cases_tracking", "tracking_cases"),
     ("sweep_cases_hostile_data", "hostile_data_cases"),
     ("sweep_cases_issue35", "issue35_cases"),
+    ("sweep_cases_edge", "edge_cases"),
 )
 
 

@@ -50,7 +50,6 @@ DEFAULT_SIZE = 640  # the export size of weights that do not record the size the
 EXPORTER = "yolo-detect export.py"  # in every export's metadata: what a later export may replace
 # The metadata keys of our exports from before EXPORTER was written: an export that has them all is ours too.
 LEGACY_KEYS = {"names", "stride", "strides", "imgsz", "batch", "dynamic", "half"}
-OPENVINO_FILES = (".xml", ".bin")  # with metadata.yaml, all that an OpenVINO folder of ours holds
 
 
 @dataclass
@@ -274,15 +273,16 @@ def _our_metadata(path: Path) -> bool:
     return meta["exporter"] == EXPORTER or LEGACY_KEYS <= set(raw)
 
 
-def _our_openvino_folder(folder: Path) -> bool:
-    """Whether folder holds nothing but an OpenVINO export of ours (or nothing at all)."""
+def _our_folder(folder: Path) -> bool:
+    """Whether folder holds nothing but a folder export of ours (OpenVINO, NCNN: its format's files and
+    metadata.yaml), or nothing at all."""
     entries = list(folder.iterdir())
     if not entries:
         return True  # replacing an empty folder loses nothing
     for entry in entries:
         if entry.is_symlink() or not entry.is_file():
             return False
-        if entry.suffix not in OPENVINO_FILES and entry.name != "metadata.yaml":
+        if entry.suffix not in format_of(folder).files and entry.name != "metadata.yaml":
             return False
     return (folder / "metadata.yaml").is_file() and _our_metadata(folder)
 
@@ -292,7 +292,7 @@ def is_our_export(path: Path) -> bool:
     if path.is_symlink():
         return False
     if format_of(path) is not None and format_of(path).folder:
-        return path.is_dir() and _our_openvino_folder(path)
+        return path.is_dir() and _our_folder(path)
     return path.is_file() and _our_metadata(path)
 
 
@@ -310,7 +310,7 @@ def install(staged: Path, path: Path, scratch: Path) -> None:
         return
     replaced = scratch / f"replaced_{path.name}"  # a folder cannot be renamed over a full one: move ours aside
     os.rename(path, replaced)
-    if not _our_openvino_folder(replaced):  # a file was added since the check: put everything back
+    if not _our_folder(replaced):  # a file was added since the check: put everything back
         os.rename(replaced, path)
         raise ExportError(f"{path} changed during the export and is not only ours now: it was left as it is")
     try:
@@ -328,13 +328,14 @@ def resolve_weights(weights: str | Path) -> Path:
     return path
 
 
-def prepare(weights: str | Path, options: ExportOptions, device: torch.device) -> ExportJob:
-    """Load the weights (refused as detect.py refuses them) and build the wrapped model and sample input."""
+def prepare(
+    weights: str | Path, options: ExportOptions, device: torch.device, converted_half: bool = False
+) -> ExportJob:
+    """Load the weights (refused as detect.py refuses them) and build the wrapped model and sample input (float32
+    when converted_half: the formats' converters write FP16 themselves)."""
     weights = Path(weights)
     if not weights.is_file():
         raise ExportError(f"--weights {weights}: no such file")
-    if options.half and device.type != "cuda":
-        raise ExportError("--half (FP16) export needs a CUDA device: pass --device 0, or drop --half")
     model = load_model(weights, device)
     said = "--img" if options.imgsz else "the size the weights record" if model.imgsz else "the default"
     options = replace(options, imgsz=tuple(options.imgsz or [model.imgsz or DEFAULT_SIZE] * 2))
@@ -344,12 +345,26 @@ def prepare(weights: str | Path, options: ExportOptions, device: torch.device) -
     if any(side % stride for side in options.imgsz):
         raise ExportError(f"--img-size {list(options.imgsz)} must be a multiple of the model's stride {stride}")
     metadata = export_metadata(model, options)
-    dtype = torch.float16 if options.half else torch.float32
+    dtype = torch.float16 if options.half and not converted_half else torch.float32
     wrapped = InferenceOutput(model.to(dtype)).eval()
     for p in wrapped.parameters():
         p.requires_grad_(False)
     sample = torch.zeros(options.batch, 3, *options.imgsz, device=device, dtype=dtype)
     return ExportJob(wrapped, sample, metadata, weights, options)
+
+
+def check_half(formats: list[str], options: ExportOptions, device: torch.device) -> bool:
+    """Whether --half is left to the formats' converters (NCNN, LiteRT: FP16 from a float32 trace, on any device);
+    ExportError when --half asks a traced FP16 model of a CPU or formats of both kinds are mixed."""
+    if not options.half:
+        return False
+    converted = [f for f in formats if FORMATS[f].converts_half]
+    if converted and len(converted) < len(formats):
+        others = [f for f in formats if f not in converted]
+        raise ExportError(f"--half: export {', '.join(converted)} and {', '.join(others)} in separate runs")
+    if not converted and device.type != "cuda":
+        raise ExportError("--half (FP16) export needs a CUDA device: pass --device 0, or drop --half")
+    return bool(converted)
 
 
 def check_int8(formats: list[str], options: ExportOptions) -> list[str]:
@@ -386,11 +401,12 @@ def export(weights: str | Path, include: list[str], options: ExportOptions, devi
 
         tensorrt.check_builder(device)
     calibration_files = check_int8(formats, options)
+    converted_half = check_half(formats, options, device)
     weights = resolve_weights(weights)
     for fmt in formats:
         check_destination(output_path(weights, fmt, options.int8))
     with scratch_folder(weights) as scratch:
-        job = prepare(weights, options, device)
+        job = prepare(weights, options, device, converted_half)
         job.scratch = Path(scratch)
         if calibration_files:
             auto = options.dynamic  # detect.py's letterbox: a stride-padded rectangle, or the fixed static shape

@@ -4,8 +4,8 @@ backend are. A new format is one entry here, its writer (models/export/exporter.
 backend (models/export/backends.py or a module of its own).
 
 The writer, reader and backend are named as "module:attribute" and imported on first use: the optional runtimes
-(onnx, onnxruntime, openvino, tensorrt) stay unimported until a format needs them, and this table imports none of
-the modules it names."""
+(onnx, onnxruntime, openvino, tensorrt, ncnn, ...) stay unimported until a format needs them, and this table imports
+none of the modules it names."""
 
 import importlib
 from dataclasses import dataclass
@@ -24,6 +24,9 @@ class ExportFormat:
     writer: str  # (ExportJob, staged path) -> written path
     metadata: str  # (path) -> the raw metadata dict, read within bounds
     backend: str  # (path, device, bf16) -> a models.export.runtime.Backend
+    files: tuple[str, ...] = ()  # a folder export's file suffixes (with metadata.yaml, all that one of ours holds)
+    static: bool = False  # its runtime takes one input shape: exported at --img-size, batch 1, whatever --dynamic
+    converts_half: bool = False  # --half: its converter writes FP16 from a float32 trace, on any device
 
     def path_for(self, weights: Path, int8: bool = False) -> Path:
         """Where an export of weights goes: beside them, with YOLOv5's names (int8 ones with _int8 after the stem)."""
@@ -82,6 +85,7 @@ FORMATS = {
             writer=f"{_EXPORTER}:export_openvino",
             metadata=f"{_METADATA}:openvino_metadata",
             backend=f"{_BACKENDS}:OpenVinoBackend",
+            files=(".xml", ".bin"),
         ),
         ExportFormat(
             "engine",
@@ -92,6 +96,43 @@ FORMATS = {
             writer=f"{_EXPORTER}:export_engine",
             metadata=f"{_METADATA}:engine_metadata",
             backend=f"{_BACKENDS}:engine_backend",
+        ),
+        ExportFormat(
+            "ncnn",
+            "_ncnn_model",
+            folder=True,
+            int8=False,
+            bf16=False,
+            writer="models.export.ncnn_format:export_ncnn",
+            metadata="models.export.ncnn_format:ncnn_metadata",
+            backend="models.export.ncnn_format:NcnnBackend",
+            files=(".param", ".bin"),
+            static=True,
+            converts_half=True,
+        ),
+        ExportFormat(
+            "litert",
+            ".tflite",
+            folder=False,
+            int8=False,
+            bf16=False,
+            writer="models.export.litert_format:export_litert",
+            metadata="models.export.litert_format:litert_metadata",
+            backend="models.export.litert_format:LiteRTBackend",
+            static=True,
+            converts_half=True,
+        ),
+        ExportFormat(
+            "executorch",
+            "_executorch_model",
+            folder=True,
+            int8=False,
+            bf16=False,
+            writer="models.export.executorch_format:export_executorch",
+            metadata="models.export.executorch_format:executorch_metadata",
+            backend="models.export.executorch_format:ExecuTorchBackend",
+            files=(".pte",),
+            static=True,
         ),
     )
 }
