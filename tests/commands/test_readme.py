@@ -8,6 +8,7 @@ checked by how it can end on this offline CPU machine (see CHECKS); a README com
 the test, so a new command cannot land untested. Python blocks are run as scripts in the same copy.
 """
 
+import importlib.util
 import os
 import re
 import shutil
@@ -45,6 +46,7 @@ CHECKS = {
     "git clone <this repository> && cd <it>": "placeholder: this test runs in a copy of the checkout",
     "pip install -r requirements.txt": "run by .ci/run before the tests",
     "pip install -r requirements-export.txt": "run by .ci/run before the tests",
+    "pip install -r requirements-edge.txt": "optional edge runtimes, not installed by .ci/run (see EDGE_SKIP)",
     "python -m pytest -q tests": "this is the test suite itself (.ci/run runs it)",
     'python -m pytest -q -m "not slow" tests': "a part of the test suite itself",
     "python export.py --weights yolov5n.pt --include openvino onnx --int8 --data coco128.yaml": "minutes of "
@@ -60,11 +62,24 @@ EVOLVE_SKIP = (
     "300 generations of 10 epochs: hours on a CPU (tests/train/test_evolve.py runs --evolve for 3 generations)"
 )
 
+# The NCNN, LiteRT and ExecuTorch commands need requirements-edge.txt, which CI does not install (it brings jax and
+# transformers); without it their one-line refusals are checked by scripts/bad_input_sweep.py -k '^edge' and
+# tests/models/export/test_edge_bad_input.py, and with it tests/models/export/test_edge_exports.py runs the exports.
+EDGE_WORDS = ("ncnn", "litert", "executorch", ".tflite")
+EDGE_MODULES = ("ncnn", "pnnx", "litert_torch", "ai_edge_litert", "executorch")
+EDGE_SKIP = "needs requirements-edge.txt (ncnn, pnnx, litert-torch, ai-edge-litert, executorch), not installed here"
+
+
+def _edge_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in EDGE_MODULES)
+
 
 def expected(command: str) -> str:
     """How a README command is checked: its CHECKS entry, or a rule for its kind."""
     if command in CHECKS:
         return CHECKS[command]
+    if any(word in command for word in EDGE_WORDS) and not _edge_installed():
+        return EDGE_SKIP
     if "--evolve" in command or "hyp_evolve.yaml" in command:
         return EVOLVE_SKIP
     if re.search(r"yolov5[smlx]6?\.pt", command):
