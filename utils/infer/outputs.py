@@ -337,11 +337,12 @@ class Outputs:
         return True
 
     def _write_labels(self, file: Path, result, tracked: Tracked | None) -> None:
-        boxes = torch.from_numpy(result.boxes).flip(0)  # lowest confidence first, as YOLOv5 writes them
-        write_yolo_labels(file, boxes, result.shape, self.options.save_conf)  # a new file each time, not appended
         if result.masks is not None and tracked is None:  # a segment model's: polygon rows (utils/infer/masks.py)
             rows = polygon_rows(result.masks, result.boxes, self.options.save_conf, lowest_first=True)
             file.write_text("".join(f"{row}\n" for row in rows))
+        else:  # lowest confidence first, as YOLOv5 writes them; a new file each time, not appended
+            boxes = torch.from_numpy(result.boxes).flip(0)
+            write_yolo_labels(file, boxes, result.shape, self.options.save_conf)
         if tracked is not None:  # the track id as the last column of each row (rows are in the order written)
             lines = file.read_text().splitlines()
             ids = tracked.ids[::-1].tolist()
