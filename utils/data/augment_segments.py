@@ -17,11 +17,12 @@ from utils.data.polygons import SUBPIXEL_BITS, clip_polygon, polygon_box
 COPY_PASTE_MAX_IOA = 0.30  # a copy is pasted only where it covers less than this much of every object already there
 
 
-def _with_polygon_boxes(labels: np.ndarray, polygons: list[np.ndarray]) -> np.ndarray:
-    """labels with the box of each non-empty polygon in place of its row's box (in place; returned)."""
-    for row, points in zip(labels, polygons):
-        if len(points):
-            row[1:5] = polygon_box(points)
+def _with_polygon_boxes(labels: np.ndarray, before: list[np.ndarray], after: list[np.ndarray]) -> np.ndarray:
+    """labels with each row's box taken from its moved and cut polygon (in place; returned): a row whose polygon
+    was cut away (nothing left inside) gets an empty box, for the caller to drop; a box-only row keeps its box."""
+    for row, old, new in zip(labels, before, after):
+        if len(old):
+            row[1:5] = polygon_box(new) if len(new) >= 3 else 0.0
     return labels
 
 
@@ -53,7 +54,7 @@ def warp_polygons(
         return labels, []
     new = warp_targets(labels, matrix, out_shape)
     warped = [clip_polygon(_moved(p, matrix), out_shape[1], out_shape[0]) if len(p) else p for p in polygons]
-    _with_polygon_boxes(new, warped)
+    _with_polygon_boxes(new, polygons, warped)
     keep = box_candidates(labels[:, 1:5].T * s, new[:, 1:5].T, area_thr=0.10)
     return new[keep], [warped[j] for j in np.flatnonzero(keep)]
 
