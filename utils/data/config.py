@@ -220,6 +220,6 @@ def _generate_shapes(root: Path, file: Path, missing: str, kind: str = "shapes")
         )
     LOGGER.info(f"Generating the synthetic shapes dataset in {root} ...")
     try:
-        generate_shapes(root, polygons=kind == "shapes-seg")
+        generate_shapes(root, polygons=True) if kind == "shapes-seg" else generate_shapes(root)
     except ShapesError as e:
         raise DatasetError(f"{file}: {e}") from None
