@@ -8,11 +8,10 @@ row has an empty polygon and moves as a box.
 
 import random
 
-import cv2
 import numpy as np
 
 from utils.data.augment import _warp_pixels, box_candidates, perspective_matrix, warp_targets
-from utils.data.polygons import SUBPIXEL_BITS, clip_polygon, polygon_box
+from utils.data.polygons import clip_polygon, fill_polygon, polygon_box
 
 COPY_PASTE_MAX_IOA = 0.30  # a copy is pasted only where it covers less than this much of every object already there
 
@@ -117,8 +116,7 @@ def copy_paste(
         if _ioa(box, labels[:, 1:5]).max() < COPY_PASTE_MAX_IOA:
             labels = np.concatenate((labels, [[labels[j, 0], *box]]), 0)
             polygons.append(points)
-            fixed = np.round((points - 0.5) * (1 << SUBPIXEL_BITS)).astype(np.int32)
-            cv2.fillPoly(paste, [fixed], 1, lineType=cv2.LINE_8, shift=SUBPIXEL_BITS)
+            fill_polygon(paste, points)  # the pixels its mask will hold
     if paste.any():
         where = paste.astype(bool)
         image = image.copy() if not image.flags.writeable else image
