@@ -24,6 +24,8 @@ from utils.train.config import TrainConfig
 from utils.train.distributed import LOCAL_RANK, WORLD_SIZE
 from utils.train.loss import ComputeLoss
 from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
+from utils.train.loss_segment import AnchorSegmentLoss
+from utils.train.loss_segment_anchor_free import AnchorFreeSegmentLoss, EndToEndSegmentLoss
 from utils.train.step import NBS
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -189,9 +191,17 @@ def _index_ranges(indices: list[int]) -> str:
 # Loss
 
 
-# The loss of each family's key (models/nn/family.Family.loss); all are called as (predictions, targets) ->
-# (loss x batch size, three loss items). A new family's loss is one entry here.
-LOSSES = {"yolov5": ComputeLoss, "anchor_free": AnchorFreeLoss, "end2end": EndToEndLoss}
+# The loss of each family's and task's key (models/nn/task.Task.loss_key); all are called as (training outputs,
+# targets) -> (loss x batch size, loss items named by the class's LOSS_NAMES), a segment loss also with the masks. A
+# new family's or task's loss is one entry here.
+LOSSES = {
+    "yolov5": ComputeLoss,
+    "anchor_free": AnchorFreeLoss,
+    "end2end": EndToEndLoss,
+    "yolov5-segment": AnchorSegmentLoss,
+    "anchor_free-segment": AnchorFreeSegmentLoss,
+    "end2end-segment": EndToEndSegmentLoss,
+}
 
 
 def check_hyp_fits(family: Family, hyp: dict, hyp_file: str) -> None:
@@ -205,11 +215,11 @@ def check_hyp_fits(family: Family, hyp: dict, hyp_file: str) -> None:
 
 
 def build_loss(model: nn.Module, hyp: dict, epochs: int = 1):
-    """The training loss of the model's family: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
-    EndToEndLoss (YOLO26's two branches; epochs paces its branch weights)."""
+    """The training loss of the model's family and task: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
+    EndToEndLoss (YOLO26's two branches; epochs paces its branch weights), or their segment losses."""
     bare = de_parallel(model)
     loss = LOSSES[bare.task.loss_key(bare.family)]
-    return loss(model, hyp, epochs) if loss is EndToEndLoss else loss(model, hyp)
+    return loss(model, hyp, epochs) if issubclass(loss, EndToEndLoss) else loss(model, hyp)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -41,8 +41,7 @@ from utils.train.distributed import (
     wrap_distributed,
 )
 from utils.train.image_weights import draw_epoch_images
-from utils.train.loss import ComputeLoss
-from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
+from utils.train.loss_anchor_free import EndToEndLoss
 from utils.train.run_folder import new_run_folder
 from utils.train.setup import (
     EarlyStopping,
@@ -116,7 +115,7 @@ class Trainer:
         self.n_warmup, self.last_opt_step = 0, -1
         self.stopper: EarlyStopping | None = None
         self.loss_hyp: dict = {}  # hyp with the box/obj/cls gains scaled to classes, layers and image size
-        self.loss: ComputeLoss | AnchorFreeLoss | EndToEndLoss | None = None  # the family's; also the val losses
+        self.loss = None  # the family's and task's (setup.LOSSES); also the val losses
         self.family: Family | None = None  # the model's (models/nn/family.py): its hyp keys, loss, optimizer rule
         self.parts: TrainingParts | None = None
         # Progress, updated as training goes.
@@ -202,8 +201,7 @@ class Trainer:
         self.callbacks.on_train_start(self)
 
     def train_one_epoch(self, epoch: int) -> list[float]:
-        """One pass over the training data; the epoch's mean losses (the three the family's loss reports: YOLOv5 box,
-        obj, cls; YOLOv8/YOLO11/YOLO26 box, cls, dfl)."""
+        """One pass over the training data; the epoch's mean losses (those the loss names in LOSS_NAMES)."""
         model, loader, nb = self.parts.model, self.train_loader, len(self.train_loader)
         model.train()
         if epoch >= self.epochs - int(self.hyp.get("close_mosaic", 0)) and self.dataset.mosaic:
@@ -216,9 +214,9 @@ class Trainer:
             maps = self.validation.metrics.maps if self.validation is not None else np.zeros(self.nc)
             self.dataset.indices = draw_epoch_images(self.dataset.labels, self.nc, maps, self.seed, epoch)
         self.callbacks.on_epoch_start(self, epoch)
-        mean_losses, n_skipped = torch.zeros(3, device=self.device), 0
+        mean_losses, n_skipped = torch.zeros(len(self.loss.LOSS_NAMES), device=self.device), 0
         self.parts.optimizer.zero_grad()
-        for i, (images, targets, paths, _) in enumerate(loader):
+        for i, (images, targets, paths, _, *rest) in enumerate(loader):  # rest: a segment model's masks
             iteration = i + nb * epoch  # since the start of training
             if iteration <= self.n_warmup:
                 self._warm_up(iteration, epoch)
@@ -226,7 +224,8 @@ class Trainer:
                 images, self.device, self.imgsz, self.grid, self.config.multi_scale, self.channels_last
             )
             update = iteration - self.last_opt_step >= self.accumulate
-            step = train_step(self.parts, images, targets.to(self.device), update)
+            masks = rest[0].to(self.device) if rest else None
+            step = train_step(self.parts, images, targets.to(self.device), update, masks)
             n_skipped += step.skipped is not None
             if step.skipped == "loss":
                 if self.main_process:
