@@ -7,8 +7,9 @@ the mean BCE inside the box, whatever the object's size. That is how YOLOv5 v7.0
 differ only in how the per-object values are averaged (see each loss) and in the gain, the box gain for both.
 
 The loader's masks (N, H/4, W/4) hold one binary mask per target row, in the targets' order (the data contract of
-utils.data). The losses are called as (training outputs, targets, masks) -> (loss x batch size, loss items); given
-plain detection maps (what validation passes), they score the detection terms and report the mask terms as zero.
+utils.data). The losses are called as (outputs, targets, masks) -> (loss x batch size, loss items), the outputs the
+model's in training or in eval (validation's); without masks or prototypes (plain detection maps) they score the
+detection terms and report the mask terms as zero.
 """
 
 import torch
@@ -63,11 +64,15 @@ def unused(*tensors: torch.Tensor) -> torch.Tensor:
     return sum((t.float() * 0).sum() for t in tensors)
 
 
-def split_training_outputs(preds) -> tuple:
-    """(detection maps, segment outputs) of a segment head's training output dict; plain maps give (maps, None)."""
+def segment_inputs(preds) -> tuple:
+    """(detection maps, prototypes, coefficients) of a segment head's output: its training dict (coefficients: the
+    anchor-free heads' per-level maps; None for YOLOv5's, channels of its maps), its eval output (a MaskOutputs, the
+    validation's: coefficients (B, N, nm)), or plain detection maps (prototypes and coefficients None)."""
     if isinstance(preds, dict) and "detect" in preds:
-        return preds["detect"], preds
-    return preds, None
+        return preds["detect"], preds["protos"], preds.get("coefficients")
+    if hasattr(preds, "protos"):
+        return preds[1], preds.protos, preds.coefficients
+    return preds, None, None
 
 
 class AnchorSegmentLoss(ComputeLoss):
@@ -79,13 +84,13 @@ class AnchorSegmentLoss(ComputeLoss):
     LOSS_NAMES = ("box", "seg", "obj", "cls")
 
     def __call__(self, preds, targets: torch.Tensor, masks: torch.Tensor | None = None):
-        maps, outputs = split_training_outputs(preds)
+        maps, protos, _ = segment_inputs(preds)
         width = 5 + self.nc
         loss, items = super().__call__([m[..., :width] for m in maps], targets)
-        if outputs is None or masks is None:
+        if protos is None or masks is None:
             return loss, torch.cat((items[:1], items.new_zeros(1), items[1:]))
         bs = maps[0].shape[0]
-        lseg = self.mask_term(maps, outputs["protos"], targets, masks) * (self.hyp["box"] / bs)
+        lseg = self.mask_term(maps, protos, targets, masks) * (self.hyp["box"] / bs)
         return loss + lseg * bs, torch.cat((items[:1], lseg.detach().reshape(1), items[1:]))
 
     def mask_term(self, maps: list, protos: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 from utils.train.loss_anchor_free import ONE2ONE_TOPK, TOPK, AnchorFreeLoss, EndToEndLoss, pad_targets
-from utils.train.loss_segment import object_mask_losses, split_training_outputs, unused
+from utils.train.loss_segment import object_mask_losses, segment_inputs, unused
 
 DICE_SMOOTH = 1.0  # Ultralytics' smoothing of the semantic Dice loss
 
@@ -58,20 +58,25 @@ class AnchorFreeSegmentLoss(AnchorFreeLoss):
         self.assigner = _RecordingAssigner(self.assigner)
 
     def __call__(self, preds, targets: torch.Tensor, masks: torch.Tensor | None = None):
-        maps, outputs = split_training_outputs(preds)
-        if outputs is None or masks is None:  # detection maps only (validation): the mask term is not known
+        maps, protos, coefficients = segment_inputs(preds)
+        if isinstance(coefficients, list):
+            coefficients = flat_coefficients(coefficients)
+        if protos is None or masks is None:  # detection maps alone: no mask term
             box, cls, dfl = self.losses(maps, targets)
             losses = torch.stack((box, box.new_zeros(()), cls, dfl))
         else:
-            losses = self.segment_losses(maps, outputs["coefficients"], outputs["protos"], targets, masks)
+            losses = self.segment_losses(maps, coefficients, protos, targets, masks)
         return (losses.sum() * maps[0].shape[0]).reshape(1), losses.detach()
 
     def segment_losses(self, maps, coefficients, protos, targets, masks) -> torch.Tensor:
-        """The four gain-scaled losses (box, seg, cls, dfl) of a batch, before the batch-size factor."""
+        """The four gain-scaled losses (box, seg, cls, dfl) of a batch, before the batch-size factor; coefficients
+        (B, N, nm), per-level maps or flat."""
+        if isinstance(coefficients, list):
+            coefficients = flat_coefficients(coefficients)
         box, cls, dfl = self.losses(maps, targets)
         stride = int(self.head.stride[0])
         image_hw = (maps[0].shape[2] * stride, maps[0].shape[3] * stride)
-        seg = self.mask_term(self.assigner.last, flat_coefficients(coefficients), protos, targets, masks, image_hw)
+        seg = self.mask_term(self.assigner.last, coefficients, protos, targets, masks, image_hw)
         return torch.stack((box, seg * self.hyp["box"], cls, dfl))
 
     @staticmethod
@@ -129,17 +134,21 @@ class EndToEndSegmentLoss(EndToEndLoss):
         self.set_epoch(0)
 
     def __call__(self, preds, targets: torch.Tensor, masks: torch.Tensor | None = None):
-        maps, outputs = split_training_outputs(preds)
-        if outputs is None or masks is None:  # detection maps only (validation): the eval output's branch
-            loss, items = (self.one2one if self.head.end2end else self.one2many)(maps, targets)
+        if not (isinstance(preds, dict) and "semantic" in preds) or masks is None:
+            # An eval output (validation) or detection maps: the branch the head outputs in eval, without semantics;
+            # the one-to-one branch's eval coefficients are its final rows' only, so its mask term is not known.
+            if self.head.end2end:
+                loss, items = self.one2one(segment_inputs(preds)[0], targets)
+            else:
+                loss, items = self.one2many(preds, targets, masks)
             return loss, torch.cat((items, items.new_zeros(1)))
-        bs = maps["one2many"][0].shape[0]
-        protos, semantic = outputs["protos"], outputs["semantic"]
-        many = self.branch(self.one2many, maps["one2many"], outputs["coefficients"], protos, semantic, targets, masks)
+        maps, bs = preds["detect"], preds["protos"].shape[0]
+        protos, semantic = preds["protos"], preds["semantic"]
+        many = self.branch(self.one2many, maps["one2many"], preds["coefficients"], protos, semantic, targets, masks)
         one = self.branch(
             self.one2one,
             maps["one2one"],
-            outputs["one2one_coefficients"],
+            preds["one2one_coefficients"],
             protos.detach(),
             semantic.detach(),
             targets,

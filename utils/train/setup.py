@@ -318,9 +318,18 @@ def all_finite(model: nn.Module) -> bool:
 
 
 def build_train_loader(
-    config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int, seed: int
+    config: TrainConfig,
+    path,
+    imgsz: int,
+    batch_size: int,
+    grid: int,
+    hyp: dict,
+    nc: int,
+    seed: int,
+    label_rows: str = "box",
 ) -> tuple[DataLoader, LoadImagesAndLabels]:
-    """The augmented training loader (this process's share of the batch) and its dataset."""
+    """The augmented training loader (this process's share of the batch) and its dataset; label_rows: the model
+    task's ('polygon': batches carry one mask per target row)."""
     return create_dataloader(
         path,
         imgsz,
@@ -340,11 +349,32 @@ def build_train_loader(
         require_labels=True,
         image_weights=config.image_weights,
         quad=config.quad,
+        label_rows=label_rows,
     )
 
 
+def check_polygon_labels(dataset: LoadImagesAndLabels, data: str) -> None:
+    """A segment model's training set: TrainError when no label row has a polygon (box-only labels teach no mask),
+    a warning counting the rows that have none (their masks are empty: inside their boxes the mask loss teaches
+    background). Nothing to check for box rows."""
+    if dataset.segments is None:
+        return
+    rows = sum(len(image) for image in dataset.segments)
+    polygons = sum(len(polygon) > 0 for image in dataset.segments for polygon in image)
+    if rows and not polygons:
+        raise TrainError(
+            f"{data}: its training labels are boxes only (cls cx cy w h): a segment model needs polygon rows "
+            f"(cls x1 y1 x2 y2 ...); train a detection model on them, or label the objects' outlines"
+        )
+    if polygons < rows:
+        LOGGER.warning(
+            f"WARNING: {rows - polygons} of {rows} training label rows are boxes without a polygon: their masks are "
+            "empty, so inside their boxes the mask loss teaches background"
+        )
+
+
 def build_val_loader(
-    config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int
+    config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int, label_rows: str = "box"
 ) -> DataLoader:
     """The main process's validation loader: rectangular batches with half a stride of padding, as test.py's. Its
     workers start now, before training: forked later from a process whose memory training has grown, they would share
@@ -364,6 +394,7 @@ def build_val_loader(
         pad=0.5,
         prefix="val: ",
         nc=nc,
+        label_rows=label_rows,
     )[0]
     if loader.persistent_workers:
         iter(loader)  # persistent workers: validation's first iteration resumes these
