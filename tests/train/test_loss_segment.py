@@ -210,6 +210,7 @@ def test_bce_dice_of_a_perfect_and_a_wrong_prediction():
     assert torch.allclose(bce_dice_loss(target * 4 - 2, fine), bce_dice_loss(target * 4 - 2, target))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_a_tiny_model_overfits_one_image_with_one_mask(cfg):
     model, loss, _ = _model_and_loss(cfg, nc=1)
