@@ -8,20 +8,20 @@ row has an empty polygon and moves as a box.
 
 import random
 
-import cv2
 import numpy as np
 
 from utils.data.augment import _warp_pixels, box_candidates, perspective_matrix, warp_targets
-from utils.data.polygons import SUBPIXEL_BITS, clip_polygon, polygon_box
+from utils.data.polygons import clip_polygon, fill_polygon, polygon_box
 
 COPY_PASTE_MAX_IOA = 0.30  # a copy is pasted only where it covers less than this much of every object already there
 
 
-def _with_polygon_boxes(labels: np.ndarray, polygons: list[np.ndarray]) -> np.ndarray:
-    """labels with the box of each non-empty polygon in place of its row's box (in place; returned)."""
-    for row, points in zip(labels, polygons):
-        if len(points):
-            row[1:5] = polygon_box(points)
+def _with_polygon_boxes(labels: np.ndarray, before: list[np.ndarray], after: list[np.ndarray]) -> np.ndarray:
+    """labels with each row's box taken from its moved and cut polygon (in place; returned): a row whose polygon
+    was cut away (nothing left inside) gets an empty box, for the caller to drop; a box-only row keeps its box."""
+    for row, old, new in zip(labels, before, after):
+        if len(old):
+            row[1:5] = polygon_box(new) if len(new) >= 3 else 0.0
     return labels
 
 
@@ -53,7 +53,7 @@ def warp_polygons(
         return labels, []
     new = warp_targets(labels, matrix, out_shape)
     warped = [clip_polygon(_moved(p, matrix), out_shape[1], out_shape[0]) if len(p) else p for p in polygons]
-    _with_polygon_boxes(new, warped)
+    _with_polygon_boxes(new, polygons, warped)
     keep = box_candidates(labels[:, 1:5].T * s, new[:, 1:5].T, area_thr=0.10)
     return new[keep], [warped[j] for j in np.flatnonzero(keep)]
 
@@ -116,8 +116,7 @@ def copy_paste(
         if _ioa(box, labels[:, 1:5]).max() < COPY_PASTE_MAX_IOA:
             labels = np.concatenate((labels, [[labels[j, 0], *box]]), 0)
             polygons.append(points)
-            fixed = np.round((points - 0.5) * (1 << SUBPIXEL_BITS)).astype(np.int32)
-            cv2.fillPoly(paste, [fixed], 1, lineType=cv2.LINE_8, shift=SUBPIXEL_BITS)
+            fill_polygon(paste, points)  # the pixels its mask will hold
     if paste.any():
         where = paste.astype(bool)
         image = image.copy() if not image.flags.writeable else image

@@ -56,12 +56,13 @@ def polygons_to_masks(polygons: list[np.ndarray], shape: tuple[int, int], ratio:
     masks = np.zeros((len(polygons), h, w), np.uint8)
     for mask, points in zip(masks, polygons):
         if len(points) >= 3:
-            _fill_block(mask, np.asarray(points, np.float64), ratio)
+            fill_polygon(mask, np.asarray(points, np.float64), ratio)
     return masks
 
 
-def _fill_block(mask: np.ndarray, points: np.ndarray, ratio: int) -> None:
-    """Set the pixels of a (h, w) mask that a pixel polygon of the ratio-times larger image covers by half."""
+def fill_polygon(mask: np.ndarray, points: np.ndarray, ratio: int = 1) -> None:
+    """Set (to 1) the pixels of a (h, w) uint8 mask that a pixel polygon of the ratio-times larger image covers by
+    half; the others are left as they are."""
     h, w = mask.shape
     x1, y1 = (int(np.clip(np.floor(v / ratio), 0, n)) for v, n in zip(points.min(0), (w, h)))
     x2, y2 = (int(np.clip(np.ceil(v / ratio), 0, n)) for v, n in zip(points.max(0), (w, h)))
@@ -72,4 +73,4 @@ def _fill_block(mask: np.ndarray, points: np.ndarray, ratio: int) -> None:
     fixed = np.round((points - (x1 * ratio + 0.5, y1 * ratio + 0.5)) * (1 << SUBPIXEL_BITS)).astype(np.int32)
     cv2.fillPoly(full, [fixed], 1, lineType=cv2.LINE_8, shift=SUBPIXEL_BITS)
     covered = full.reshape(y2 - y1, ratio, x2 - x1, ratio).sum((1, 3), dtype=np.int32)
-    mask[y1:y2, x1:x2] = covered * 2 >= ratio * ratio
+    mask[y1:y2, x1:x2] |= (covered * 2 >= ratio * ratio).astype(mask.dtype)  # |=: several polygons, one mask

@@ -50,7 +50,7 @@ def load_mosaic_polygons(ds, index: int) -> tuple[np.ndarray, np.ndarray, list[n
         polygons.append(tile_polygons)
     image, matrix, scale, places = mosaic_warp_image(images, s, (xc, yc), **ds._warp_args())
     placed = place_polygons(polygons, places, 2 * s)
-    labels = _with_polygon_boxes(_place_targets(targets, places, 2 * s), placed)
+    labels = _with_polygon_boxes(_place_targets(targets, places, 2 * s), [p for t in polygons for p in t], placed)
     return (image, *warp_polygons(labels, placed, matrix, scale, (s, s)))
 
 
