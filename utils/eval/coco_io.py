@@ -217,9 +217,13 @@ def evaluate_coco_json(
 
 
 def pycocotools_stats(
-    gt: str | Path | dict, predictions: str | Path | list, image_ids: Sequence[int] | None = None
+    gt: str | Path | dict,
+    predictions: str | Path | list,
+    image_ids: Sequence[int] | None = None,
+    iou_type: str = "bbox",
 ) -> np.ndarray:
-    """pycocotools' own 12 numbers (the reference implementation), quietly; optionally over some images only."""
+    """pycocotools' own 12 numbers (the reference implementation), quietly; optionally over some images only.
+    iou_type: 'bbox', or 'segm' for the masks (the detections' and ground truth's segmentations)."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
@@ -237,7 +241,7 @@ def pycocotools_stats(
             coco_dt = coco_gt.loadRes([dict(p) for p in preds])  # copies: loadRes edits the dicts it gets
         except AssertionError:
             raise MetricsError("pycocotools: predictions name image ids that are not in the ground truth") from None
-        evaluator = COCOeval(coco_gt, coco_dt, "bbox")
+        evaluator = COCOeval(coco_gt, coco_dt, iou_type)
         if image_ids is not None:
             evaluator.params.imgIds = [int(i) for i in image_ids]
         evaluator.evaluate()
