@@ -59,6 +59,7 @@ class CocoGroundTruth:
     boxes: Boxes  # image = image id, cls = class index
     file_names: dict[int, str] = field(default_factory=dict)  # image id -> the images entry's file_name, if any
     sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # image id -> (height, width), if given
+    segmentations: list = field(default_factory=list)  # each annotation's 'segmentation' as read (None if none)
 
     def __post_init__(self):
         self._order = np.argsort(self.boxes.image, kind="stable")  # rows grouped by image, for image()
@@ -69,6 +70,11 @@ class CocoGroundTruth:
         lo, hi = np.searchsorted(self._sorted_images, [image_id, image_id + 1])
         rows, b = self._order[lo:hi], self.boxes
         return xywh_to_xyxy(b.xywh[rows]), np.asarray(self.category_ids)[b.cls[rows]], b.area[rows], b.crowd[rows]
+
+    def image_segmentations(self, image_id: int) -> list:
+        """The 'segmentation' of each annotation of one image, in image()'s order (None where it has none)."""
+        lo, hi = np.searchsorted(self._sorted_images, [image_id, image_id + 1])
+        return [self.segmentations[r] if self.segmentations else None for r in self._order[lo:hi].tolist()]
 
 
 def _index_in(sorted_ids: Sequence[int], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -153,6 +159,7 @@ def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
         box_set(image, cls, xywh, area=area, crowd=crowd),
         file_names,
         sizes,
+        [a.get("segmentation") for a in anns],
     )
 
 

@@ -131,3 +131,33 @@ class PairIous:
             return np.where(keys[pos] == wanted, values[pos], 0.0)
 
         return ious
+
+
+class MaskGroundTruth:
+    """Each image's ground-truth segmentations and their RLEs: from a COCO JSON (its annotations' segmentations, at
+    its images' sizes, as pycocotools reads them) or from the dataset's polygons (dataset.segments, normalised to the
+    original image, one per label row; a box-only row is its box)."""
+
+    def __init__(self, files: list[str], segments: list | None = None, json_gt=None):
+        self.json_gt = json_gt  # utils.eval.coco_json.JsonGroundTruth
+        self.segments = None if segments is None else dict(zip(files, segments))
+
+    def image(self, path: str, image_id: int, boxes: np.ndarray, shape: tuple[int, int]) -> tuple[list, list[dict]]:
+        """(COCO segmentations, RLEs) of one image's ground truth, in the order of its boxes (corner boxes in
+        original pixels); MetricsError naming the file for a segmentation pycocotools could not read."""
+        if self.json_gt is None:
+            segmentations, (height, width), source = label_segmentations(self.segments[path], boxes, shape), shape, path
+        else:
+            gt, source = self.json_gt.gt, self.json_gt.path
+            height, width = gt.sizes.get(image_id, shape)
+            if (height, width) != tuple(shape):
+                raise MetricsError(
+                    f"{source}: image {image_id} is {height}x{width} there but {path} is {shape[0]}x{shape[1]}: "
+                    "its masks cannot be scored"
+                )
+            found = gt.image_segmentations(image_id)
+            segmentations = [[box_polygon(b)] if s is None else s for s, b in zip(found, boxes)]
+        try:
+            return segmentations, [segmentation_rle(s, height, width) for s in segmentations]
+        except MetricsError as e:
+            raise MetricsError(f"{source}: image {image_id}: {e}") from None

@@ -121,7 +121,14 @@ def _output_folder(project: str | Path, name: str, exist_ok: bool, save_txt: boo
 
 def _save_results(save_dir: Path, result: ValidationResult, save_txt: bool) -> None:
     """results.json, and where everything went."""
-    write_results_json(save_dir / "results.json", result.metrics, result.speed_ms, result.pycocotools)
+    write_results_json(
+        save_dir / "results.json",
+        result.metrics,
+        result.speed_ms,
+        result.pycocotools,
+        result.mask_metrics,
+        result.mask_pycocotools,
+    )
     n_txt = result.metrics.images if save_txt else 0  # one file per image, this run's only
     LOGGER.info(
         f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt else "")

@@ -248,13 +248,13 @@ class Trainer:
     def validate(self, epoch: int, train_losses: list[float], final: bool) -> EpochResult:
         """Validate the EMA weights (with --noval only the final epoch); the epoch's result."""
         if not self.config.noval or final:
-            # Score exactly the weights the checkpoint will hold. The last epoch is scored in full (plots, per-class
-            # table), so that finish() need not score best.pt again when it holds these same weights.
+            # The weights the checkpoint will hold; the last epoch in full (finish() need not score them again).
             last = epoch + 1 == self.epochs
             self.validation = self.evaluate(fp16_rounded(self.parts.ema.ema), plots=last and self.plots, verbose=last)
             self.full_validation_epoch = epoch if last else None
-        # With --noval, the previous validation (zeros before the first) is listed again.
-        return epoch_result(epoch, train_losses, self.lrs, self.validation, self.loss.LOSS_NAMES)
+        # With --noval, the previous validation (zeros before the first) is listed again; a segment model's has masks.
+        masks = self.parts.ema.ema.task.masks
+        return epoch_result(epoch, train_losses, self.lrs, self.validation, self.loss.LOSS_NAMES, masks)
 
     def save(self, result: EpochResult, final: bool) -> None:
         """last.pt (and best.pt, epochN.pt when due) unless --nosave, always at the end; on_checkpoint_saved each."""
