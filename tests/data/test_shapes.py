@@ -86,3 +86,36 @@ def test_generating_into_an_existing_dataset_changes_nothing(tmp_path):
     assert not list(tmp_path.glob(".*tmp*"))
     (tmp_path / "empty").mkdir()
     assert len(files(generate_shapes(tmp_path / "empty", 2, 2, 64))) == 8  # an empty folder is fine
+
+
+def test_polygon_set_labels_the_same_images_with_outlines(tmp_path, monkeypatch):
+    monkeypatch.setenv("YOLO_CACHE_DIR", str(tmp_path / "cache"))
+    boxes = generate_shapes(tmp_path / "boxes", 6, 2, 128, seed=3)
+    polygons = generate_shapes(tmp_path / "polygons", 6, 2, 128, seed=3, polygons=True)
+    a, b = files(boxes), files(polygons)
+    assert {k: v for k, v in a.items() if k.endswith(".jpg")} == {k: v for k, v in b.items() if k.endswith(".jpg")}
+    rows = [line.split() for k, v in b.items() if k.endswith(".txt") for line in v.decode().splitlines()]
+    assert rows and all(len(r) in (1 + 2 * 3, 1 + 2 * 4, 1 + 2 * 10, 1 + 2 * 12, 1 + 2 * 32) for r in rows)
+    seg = LoadImagesAndLabels(polygons / "images" / "train", img_size=128, nc=5, label_rows="polygon")
+    det = LoadImagesAndLabels(boxes / "images" / "train", img_size=128, nc=5)
+    for seg_labels, det_labels in zip(seg.labels, det.labels):  # a polygon's box is the shape's box
+        np.testing.assert_allclose(seg_labels, det_labels, atol=2e-6)
+    for i in range(len(seg)):  # each mask lies on its class's colour in the image, and its box is the label's
+        image, labels, _, _, masks = seg[i]
+        small = cv2.resize(image.numpy().transpose(1, 2, 0)[..., ::-1], (32, 32), interpolation=cv2.INTER_AREA)
+        for label, mask in zip(labels.numpy(), masks.numpy().astype(bool)):
+            distance = [np.abs(small[mask].astype(int) - c).sum(-1) for c in COLORS]
+            assert (np.argmin(distance, 0) == label[1]).mean() > 0.8
+            ys, xs = np.nonzero(mask)
+            cx, cy, w, h = label[2:] * 32
+            np.testing.assert_allclose(
+                [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1],
+                [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2],
+                atol=1,
+            )
+
+
+def test_shapes_seg_yaml_generates_polygons():
+    data = yaml.safe_load((ROOT / "data" / "shapes-seg.yaml").read_text())
+    assert data["generate"] == "shapes-seg" and tuple(data["names"]) == CLASSES
+    assert data["path"] == "../datasets/shapes-seg" and (data["train"], data["val"]) == ("images/train", "images/val")

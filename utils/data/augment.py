@@ -5,6 +5,7 @@ import random
 
 import cv2
 import numpy as np
+import torch
 
 from utils.log import LOGGER
 
@@ -143,6 +144,23 @@ def mosaic_warp(
     """mosaic4 then random_perspective(border=(-size/2, -size/2)) in one go, with the same random draws and the
     same pixels, but building only the part of the (2*size)^2 canvas that the warp reads (on average a third of it
     at the default scale gain 0.5): the grey fill and the tile copies shrink with it."""
+    image, matrix, s, places = mosaic_warp_image(images, size, center, degrees, translate, scale, shear, perspective)
+    targets = _place_targets(targets, places, 2 * size)
+    return image, _warp_and_filter(targets, matrix, s, (size, size))
+
+
+def mosaic_warp_image(
+    images: list[np.ndarray],
+    size: int,
+    center: tuple[int, int],
+    degrees: float = 10,
+    translate: float = 0.1,
+    scale: float = 0.1,
+    shear: float = 10,
+    perspective: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, float, list[tuple]]:
+    """mosaic_warp's pixels: (the warped (size, size) image, the 3x3 canvas -> output matrix, its scale, each
+    tile's place on the canvas (see _tile_places)), for the caller to move its labels with."""
     canvas_size = 2 * size
     places = _tile_places([im.shape[:2] for im in images], canvas_size, center)
     out_shape = (size, size)
@@ -168,7 +186,7 @@ def mosaic_warp(
     image = _warp_pixels(window, inverse, out_shape, bool(perspective), cv2.WARP_INVERSE_MAP)
     if bgr:
         image = cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
-    return image, _warp_and_filter(_place_targets(targets, places, canvas_size), matrix, s, out_shape)
+    return image, matrix, s, places
 
 
 def _warp_pixels(image: np.ndarray, matrix: np.ndarray, out_shape: tuple[int, int], perspective: bool, flags=0):
@@ -303,3 +321,8 @@ def random_flip(
         if len(labels):
             labels[:, 1] = 1 - labels[:, 1]
     return image, labels
+
+
+def to_chw_rgb(image: np.ndarray) -> torch.Tensor:
+    """An HWC BGR uint8 image (any strides: flips are views) as a contiguous CHW RGB tensor, in one copy."""
+    return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)[::-1]))

@@ -17,7 +17,7 @@ import numpy as np
 
 from utils.log import LOGGER, one_line
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: each label row's polygon (polygon_counts, polygon_points)
 _created: list[Path] = []  # label caches and image-cache folders this process made, newest last (undone_on_failure)
 
 
@@ -75,7 +75,10 @@ def label_cache_paths(source: Path) -> list[Path]:
     return [fallback] if os.environ.get("YOLO_CACHE_DIR") else [beside, fallback]
 
 
-CACHE_KEYS = ("version", "hash", "im_files", "shapes", "counts", "labels", "msgs", "stats")  # what _scan writes
+CACHE_KEYS = (  # what _scan writes
+    *("version", "hash", "im_files", "shapes", "counts", "labels", "msgs", "stats"),
+    *("polygon_counts", "polygon_points"),  # vertices of each label row's polygon (0: a box row), all vertices
+)
 
 
 def _cache_members(path: Path) -> dict[str, zipfile.ZipInfo] | None:
@@ -112,8 +115,12 @@ def _array_headers_fit(path: Path, members: dict[str, zipfile.ZipInfo]) -> bool:
 def _cache_consistent(cache: dict, listed: set[str]) -> bool:
     """The arrays of a cache fit together, and its images are among those listed for the split."""
     n, counts, labels = len(cache["im_files"]), cache["counts"], cache["labels"]
+    vertices, points = cache["polygon_counts"], cache["polygon_points"]
     return (
-        cache["im_files"].ndim == 1
+        vertices.shape == (len(labels),)
+        and (vertices >= 0).all()
+        and points.shape == (int(vertices.sum()), 2)
+        and cache["im_files"].ndim == 1
         and cache["shapes"].shape == (n, 2)
         and counts.shape == (n,)
         and labels.ndim == 2

@@ -183,8 +183,8 @@ def load_data_config(path: str | Path) -> dict:
     }
     missing = _missing(cfg["train"]) + _missing(cfg["val"])
     if missing:
-        if data.get("generate") == "shapes":
-            _generate_shapes(root, file, missing[0])
+        if data.get("generate") in SHAPES_SETS:
+            _generate_shapes(root, file, missing[0], data["generate"])
         elif data.get("download"):
             download_dataset(data["download"], root, missing[0])
         else:
@@ -199,9 +199,13 @@ def load_data_config(path: str | Path) -> dict:
     return cfg
 
 
-def _generate_shapes(root: Path, file: Path, missing: str) -> None:
-    """`generate: shapes`: write the synthetic dataset, but only into an absent or empty folder. A split path with a
-    typo must not make a real dataset's folders look missing: nothing that exists is deleted or written into."""
+SHAPES_SETS = ("shapes", "shapes-seg")  # `generate:` values: the synthetic set with box rows, or polygon rows
+
+
+def _generate_shapes(root: Path, file: Path, missing: str, kind: str = "shapes") -> None:
+    """`generate: shapes` (or shapes-seg: polygon labels): write the synthetic dataset, but only into an absent or
+    empty folder. A split path with a typo must not make a real dataset's folders look missing: nothing that exists
+    is deleted or written into."""
     from utils.data.shapes import generate_shapes, is_occupied  # lazy: only needed on first use
     from utils.errors import ShapesError
 
@@ -211,11 +215,11 @@ def _generate_shapes(root: Path, file: Path, missing: str) -> None:
         raise DatasetError(f"{file}: {e}") from None
     if occupied:
         raise DatasetError(
-            f"{file}: {missing} does not exist, and 'generate: shapes' only writes into an absent or empty folder: "
+            f"{file}: {missing} does not exist, and 'generate: {kind}' only writes into an absent or empty folder: "
             f"{root} is not empty, nothing was changed (check the split paths, or point 'path' at a new folder)"
         )
     LOGGER.info(f"Generating the synthetic shapes dataset in {root} ...")
     try:
-        generate_shapes(root)
+        generate_shapes(root, polygons=True) if kind == "shapes-seg" else generate_shapes(root)
     except ShapesError as e:
         raise DatasetError(f"{file}: {e}") from None

@@ -17,7 +17,15 @@ from torch.nn import functional as F  # noqa: N812
 from torch.utils.data import Dataset, get_worker_info
 
 from utils.boxes import xywhn2xyxy, xyxy2xywhn
-from utils.data.augment import augment_hsv, letterbox, mixup, mosaic_warp, random_flip, random_perspective
+from utils.data.augment import (
+    augment_hsv,
+    letterbox,
+    mixup,
+    mosaic_warp,
+    random_flip,
+    random_perspective,
+    to_chw_rgb,
+)
 from utils.data.cache import (
     _load_npy,
     _npy_path,
@@ -27,6 +35,7 @@ from utils.data.cache import (
 )
 from utils.data.hyp import load_hyp
 from utils.data.label_loading import load_split_labels, no_labels_message
+from utils.data.segments import polygon_item
 from utils.data.verify import img2label_paths, list_image_files
 from utils.errors import DatasetError
 from utils.files import DATA_DIR
@@ -35,6 +44,7 @@ from utils.images import (
 )
 from utils.log import LOGGER
 
+LABEL_ROWS = ("box", "polygon")  # a model task's label_rows: what a label row is read as
 cv2.setNumThreads(0)  # dataloader workers parallelise; OpenCV's own threads would oversubscribe the cores
 BUFFER_PER_BATCH_IMAGE, BUFFER_MAX = 8, 1000  # decoded-image buffer: 8 images per batch image, at most 1000
 
@@ -43,6 +53,8 @@ class LoadImagesAndLabels(Dataset):
     """Images with YOLO labels for training and validation (letterbox, rectangular batches, mosaic).
 
     nc (optional, beyond YOLOv5's arguments) rejects label files with classes outside [0, nc) as corrupt.
+    label_rows: what a model learns from a label row, 'box' or 'polygon' (a segment model: self.segments holds each
+    row's polygon, and items carry one mask per row; utils.data.segments).
     """
 
     def __init__(
@@ -59,7 +71,11 @@ class LoadImagesAndLabels(Dataset):
         pad: float = 0.0,
         prefix: str = "",
         nc: int | None = None,
+        label_rows: str = "box",
     ):
+        if label_rows not in LABEL_ROWS:
+            raise DatasetError(f"label_rows must be one of {', '.join(LABEL_ROWS)}, got {label_rows!r}"[:300])
+        self.label_rows = label_rows
         self.img_size, self.augment, self.rect, self.stride, self.prefix = img_size, augment, rect, stride, prefix
         self.hyp = hyp if hyp is not None or not augment else load_hyp(DATA_DIR / "hyp.scratch.yaml")
         self.mosaic = augment and not rect  # mosaic mixes images, so it cannot keep rectangular batches
@@ -96,8 +112,8 @@ class LoadImagesAndLabels(Dataset):
     # -- labels --------------------------------------------------------------------------------------------------------
     def _load_labels(self, im_files: list[str], lb_files: list[str]) -> tuple[list[str], list[np.ndarray], list]:
         """Verified (images, labels, shapes), from the cache when its hash matches (utils.data.label_loading)."""
-        im_files, labels, shapes, self.cache_places = load_split_labels(
-            self.path, im_files, lb_files, self.nc, self.prefix
+        im_files, labels, shapes, self.cache_places, self.segments = load_split_labels(
+            self.path, im_files, lb_files, self.nc, self.prefix, polygons=self.label_rows == "polygon"
         )  # the disk image cache goes beside whichever of cache_places is usable
         return im_files, labels, shapes
 
@@ -112,6 +128,8 @@ class LoadImagesAndLabels(Dataset):
         order = aspect.argsort()
         self.im_files = [self.im_files[i] for i in order]
         self.labels = [self.labels[i] for i in order]
+        if self.segments is not None:
+            self.segments = [self.segments[i] for i in order]
         self.label_files = [self.label_files[i] for i in order]
         self.shapes, aspect = self.shapes[order], aspect[order]
         n_batches = int(self.batch[-1]) + 1
@@ -274,7 +292,10 @@ class LoadImagesAndLabels(Dataset):
 
     def __getitem__(self, index: int):
         """(image uint8 (3, H, W) RGB, labels (n, 6) [0, cls, cx, cy, w, h] normalised, path, shapes or None) of
-        image self.indices[index]: the identity, or the images --image-weights drew for this epoch."""
+        image self.indices[index]: the identity, or the images --image-weights drew for this epoch. With
+        label_rows 'polygon', a 5-tuple ending with the (n, H // 4, W // 4) uint8 masks (utils.data.segments)."""
+        if self.segments is not None:
+            return polygon_item(self, index)
         index = self.indices[index]
         hyp = self.hyp
         if self.mosaic and random.random() < hyp["mosaic"]:
@@ -303,17 +324,19 @@ class LoadImagesAndLabels(Dataset):
         labels_out = torch.zeros((n, 6))
         if n:
             labels_out[:, 1:] = torch.from_numpy(np.asarray(labels, dtype=np.float32))
-        return _to_chw_rgb(img), labels_out, self.im_files[index], shapes
+        return to_chw_rgb(img), labels_out, self.im_files[index], shapes
 
     @staticmethod
     def collate_fn(batch):
         """Stack images; concatenate labels with the image's index in the batch in column 0. In a loader worker
         the images are stacked straight into shared memory, where the batch has to go to reach the main process
-        (otherwise it is copied there once more)."""
-        imgs, labels, paths, shapes = zip(*batch)
+        (otherwise it is copied there once more). Items with masks (label_rows 'polygon'): their masks
+        concatenated as a 5th element, row j belonging to label row j."""
+        imgs, labels, paths, shapes, *masks = zip(*batch)
         for i, lb in enumerate(labels):
             lb[:, 0] = i
-        return _stack(imgs), torch.cat(labels, 0), paths, shapes
+        collated = _stack(imgs), torch.cat(labels, 0), paths, shapes
+        return (*collated, torch.cat(masks[0], 0)) if masks else collated
 
     @staticmethod
     def collate_quad(batch: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, tuple, tuple]:
@@ -335,11 +358,6 @@ class LoadImagesAndLabels(Dataset):
             out_labels.append(lb)
             out_paths.append(paths[start])
         return torch.stack(out_imgs, 0), torch.cat(out_labels, 0), tuple(out_paths), (None,) * len(out_imgs)
-
-
-def _to_chw_rgb(image: np.ndarray) -> torch.Tensor:
-    """An HWC BGR uint8 image (any strides: flips are views) as a contiguous CHW RGB tensor, in one copy."""
-    return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)[::-1]))
 
 
 def _stack(tensors) -> torch.Tensor:

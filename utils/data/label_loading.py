@@ -16,9 +16,11 @@ from utils.log import LOGGER
 
 
 def load_split_labels(
-    path, im_files: list[str], lb_files: list[str], nc: int, prefix: str = ""
-) -> tuple[list[str], list[np.ndarray], list, list[Path]]:
-    """(images, labels, shapes, label cache places) of a split, verified or from a matching cache."""
+    path, im_files: list[str], lb_files: list[str], nc: int, prefix: str = "", polygons: bool = False
+) -> tuple[list[str], list[np.ndarray], list, list[Path], list[list[np.ndarray]] | None]:
+    """(images, labels, shapes, label cache places, polygons) of a split, verified or from a matching cache.
+    polygons (only when asked for): per image, one float32 (k, 2) normalised polygon per label row, (0, 2) for a
+    box row."""
     candidates, digest, scan = _label_plan(path, im_files, lb_files, nc)
     listed = set(im_files)
     cache = next((c for c in (_load_cache(f, digest, listed, prefix) for f in candidates) if c), None)
@@ -39,7 +41,16 @@ def load_split_labels(
         LOGGER.warning(f"{prefix}WARNING: {no_labels_message(path, cache['im_files'])}")
     labels = np.split(cache["labels"].astype(np.float32), np.cumsum(counts)[:-1]) if len(counts) else []
     labels = [np.ascontiguousarray(lb) for lb in labels]
-    return [str(f) for f in cache["im_files"]], labels, cache["shapes"].tolist(), candidates
+    split_polygons = _split_polygons(cache) if polygons else None
+    return [str(f) for f in cache["im_files"]], labels, cache["shapes"].tolist(), candidates, split_polygons
+
+
+def _split_polygons(cache: dict) -> list[list[np.ndarray]]:
+    """The cache's polygon vertices as, per image, one float32 (k, 2) array per label row."""
+    vertices = cache["polygon_counts"].astype(np.int64)
+    rows = np.split(cache["polygon_points"].astype(np.float32), np.cumsum(vertices)[:-1]) if len(vertices) else []
+    starts = np.concatenate(([0], np.cumsum(cache["counts"])))
+    return [rows[a:b] for a, b in zip(starts[:-1], starts[1:])]
 
 
 def _label_plan(split, im_files: list[str], lb_files: list[str], nc: int):
@@ -105,7 +116,7 @@ def _scan(im_files: list[str], sources: list, verify, nc: int) -> dict:
     with ThreadPoolExecutor(workers) as pool:
         results = list(pool.map(lambda pair: verify(*pair, nc), zip(im_files, sources)))
     good, msgs, n_bg, n_corrupt = [], [], 0, 0
-    for im_file, labels, shape, msg, status in results:
+    for im_file, labels, shape, msg, status, polygons in results:
         if status == "corrupt":
             n_corrupt += 1
             msgs.append(f"{im_file}: ignoring corrupt image/label: {msg}")
@@ -113,7 +124,7 @@ def _scan(im_files: list[str], sources: list, verify, nc: int) -> dict:
         n_bg += status == "background"
         if msg:
             msgs.append(f"{im_file}: {msg}")
-        good.append((im_file, labels, shape))
+        good.append((im_file, labels, shape, polygons))
     return {
         "version": np.array(CACHE_VERSION),
         "im_files": np.array([g[0] for g in good], dtype=str),
@@ -122,4 +133,14 @@ def _scan(im_files: list[str], sources: list, verify, nc: int) -> dict:
         "labels": np.concatenate([g[1] for g in good], 0) if good else np.zeros((0, 5), np.float32),
         "msgs": np.array(msgs, dtype=str),
         "stats": np.array([len(good), n_bg, n_corrupt]),
+        **_polygon_arrays([p for g in good for p in g[3]]),
+    }
+
+
+def _polygon_arrays(polygons: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Every label row's polygon (in label order) as the cache stores them: the vertex count of each, and all
+    vertices in one (m, 2) float32 array."""
+    return {
+        "polygon_counts": np.array([len(p) for p in polygons], dtype=np.int64),
+        "polygon_points": np.concatenate(polygons, 0) if polygons else np.zeros((0, 2), np.float32),
     }

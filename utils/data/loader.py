@@ -22,9 +22,11 @@ def _seed_worker(worker_id: int) -> None:
 
 
 def _loader_flags(
-    batch_size: int, rect: bool, shuffle: bool, image_weights: bool, quad: bool, prefix: str
+    batch_size: int, rect: bool, shuffle: bool, image_weights: bool, quad: bool, prefix: str, label_rows: str = "box"
 ) -> tuple[bool, bool]:
     """Check the batch size; (rect, shuffle) once options that exclude each other are resolved, with a warning."""
+    if quad and label_rows != "box":  # --quad's 2x images would need their masks tiled too
+        raise DatasetError(f"{prefix}--quad trains on boxes only: it cannot be used with {label_rows} labels")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise DatasetError(f"{prefix}batch size must be a positive integer, got {batch_size!r}")
     if quad and batch_size % 4:
@@ -81,25 +83,17 @@ def create_dataloader(
     require_labels: bool = False,
     image_weights: bool = False,
     quad: bool = False,
+    label_rows: str = "box",
 ) -> tuple[DataLoader, LoadImagesAndLabels]:
     """A DataLoader over LoadImagesAndLabels (distributed sampler when rank != -1, seeded workers); the batch is
     clipped to the dataset size. require_labels (training) refuses a dataset without any label box. image_weights:
     the caller sets dataset.indices each epoch (utils.train.image_weights), so workers restart each epoch to see
-    them and rect is off. quad: batches go through collate_quad (batch_size // 4 images of twice the side)."""
-    rect, shuffle = _loader_flags(batch_size, rect, shuffle, image_weights, quad, prefix)
+    them and rect is off. quad: batches go through collate_quad (batch_size // 4 images of twice the side).
+    label_rows: the model task's ('box', or 'polygon': batches carry masks, see LoadImagesAndLabels.collate_fn)."""
+    rect, shuffle = _loader_flags(batch_size, rect, shuffle, image_weights, quad, prefix, label_rows)
+    options = {"augment": augment, "hyp": hyp, "rect": rect, "cache": cache, "single_cls": single_cls, "pad": pad}
     dataset = LoadImagesAndLabels(
-        path,
-        imgsz,
-        batch_size,
-        augment=augment,
-        hyp=hyp,
-        rect=rect,
-        cache=cache,
-        single_cls=single_cls,
-        stride=int(stride),
-        pad=pad,
-        prefix=prefix,
-        nc=nc,
+        path, imgsz, batch_size, stride=int(stride), prefix=prefix, nc=nc, label_rows=label_rows, **options
     )
     if require_labels and not any(len(lb) for lb in dataset.labels):
         raise DatasetError(f"{prefix}{dataset._no_labels_message(dataset.im_files)}")

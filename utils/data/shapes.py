@@ -2,7 +2,9 @@
 
 Layout (YOLO): <root>/images/{train,val}/*.jpg and <root>/labels/{train,val}/*.txt. data/shapes.yaml points at
 ../datasets/shapes and generates it on first use; it is only ever written into an absent or empty folder. Each
-class has its own shape and colour family, so a nano model trained from scratch for a few epochs learns it.
+class has its own shape and colour family, so a nano model trained from scratch for a few epochs learns it. With
+polygons (data/shapes-seg.yaml, ../datasets/shapes-seg) the same images are labelled with each shape's outline,
+YOLO segment rows (cls x1 y1 x2 y2 ..., normalised; a circle as a CIRCLE_VERTICES-gon).
 """
 
 import argparse
@@ -24,6 +26,8 @@ CLASSES = ("circle", "square", "triangle", "star", "cross")
 COLORS = ((40, 40, 220), (40, 200, 40), (220, 80, 30), (235, 235, 235), (210, 40, 210))
 DEFAULT_ROOT = REPO_ROOT.parent / "datasets" / "shapes"  # beside the checkout, as YOLOv5 keeps datasets
 N_TRAIN, N_VAL, IMG_SIZE, SEED = 400, 60, 256, 0
+SEGMENT_ROOT = REPO_ROOT.parent / "datasets" / "shapes-seg"
+CIRCLE_VERTICES = 32  # a circle's outline: within 0.5% of its radius, its box exactly the circle's
 
 
 def _polygon(cls: int, cx: float, cy: float, r: float, angle: float) -> np.ndarray:
@@ -60,10 +64,16 @@ def _background(rng: np.random.Generator, size: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _draw_image(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[tuple[int, float, float, float, float]]]:
-    """One image with 2-5 non-overlapping shapes (fewer if they do not fit) and labels (cls, cx, cy, w, h)."""
+def _circle(cx: float, cy: float, r: float) -> np.ndarray:
+    t = np.arange(CIRCLE_VERTICES) * 2 * math.pi / CIRCLE_VERTICES
+    return np.stack((cx + r * np.cos(t), cy + r * np.sin(t)), 1)
+
+
+def _draw_image(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[tuple], list[np.ndarray]]:
+    """One image with 2-5 non-overlapping shapes (fewer if they do not fit), their labels (cls, cx, cy, w, h) and
+    their outlines (normalised (k, 2) vertices)."""
     img = _background(rng, size)
-    boxes, labels = [], []
+    boxes, labels, outlines = [], [], []
     for _ in range(int(rng.integers(2, 6))):
         for _attempt in range(20):  # rejection-sample a free spot
             cls = int(rng.integers(len(CLASSES)))
@@ -84,17 +94,24 @@ def _draw_image(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[t
             cv2.fillPoly(img, [np.round(pts * 16).astype(np.int32)], color, cv2.LINE_AA, shift=4)
         boxes.append((x1, y1, x2, y2))
         labels.append((cls, (x1 + x2) / 2 / size, (y1 + y2) / 2 / size, (x2 - x1) / size, (y2 - y1) / size))
-    return img, labels
+        outlines.append(np.clip((_circle(cx, cy, r) if pts is None else pts) / size, 0, 1))
+    return img, labels, outlines
 
 
-def _write_split(folder: Path, split: str, n: int, size: int, rng: np.random.Generator) -> None:
+def _write_split(folder: Path, split: str, n: int, size: int, rng: np.random.Generator, polygons: bool) -> None:
     (folder / "images" / split).mkdir(parents=True)
     (folder / "labels" / split).mkdir(parents=True)
     for i in range(n):
-        img, labels = _draw_image(rng, size)
+        img, labels, outlines = _draw_image(rng, size)
         name = f"{split}_{i:05d}"
         cv2.imwrite(str(folder / "images" / split / f"{name}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 92])
-        lines = "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
+        if polygons:
+            rows = [
+                f"{row[0]} " + " ".join(f"{v:.6f}" for v in points.ravel()) for row, points in zip(labels, outlines)
+            ]
+            lines = "".join(f"{row}\n" for row in rows)
+        else:
+            lines = "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
         (folder / "labels" / split / f"{name}.txt").write_text(lines)
 
 
@@ -121,9 +138,11 @@ def generate_shapes(
     n_val: int = N_VAL,
     img_size: int = IMG_SIZE,
     seed: int = SEED,
+    polygons: bool = False,
 ) -> Path:
     """Write the shapes dataset (train and val splits) into root, which must be absent or an empty folder (else
-    ShapesError, nothing changed); same arguments, same bytes. Returns root."""
+    ShapesError, nothing changed); same arguments, same bytes. polygons: label rows are the shapes' outlines
+    (segment labels; the images are the same). Returns root."""
     root = Path(root).resolve()
     _check_target(root)
     try:
@@ -135,7 +154,7 @@ def generate_shapes(
     try:
         # one generator per split, so the val split does not change when n_train does
         for split, n, offset in (("train", n_train, 0), ("val", n_val, 1)):
-            _write_split(tmp, split, n, img_size, np.random.default_rng([seed, offset]))
+            _write_split(tmp, split, n, img_size, np.random.default_rng([seed, offset]), polygons)
         # the finished dataset moves in at once: an interrupted run never leaves a half-written one behind
         if root.is_dir():
             root.rmdir()  # empty (checked above); rmdir itself refuses a folder that has been filled since
@@ -163,8 +182,9 @@ def main() -> int:
     ap.add_argument("--n-val", type=int, default=N_VAL)
     ap.add_argument("--img", type=int, default=IMG_SIZE, help="image size (square, px)")
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--polygons", action="store_true", help="segment labels: each shape's outline as a polygon row")
     args = ap.parse_args()
-    root = generate_shapes(args.root, args.n_train, args.n_val, args.img, args.seed)
+    root = generate_shapes(args.root, args.n_train, args.n_val, args.img, args.seed, args.polygons)
     print(f"shapes dataset written to {root} ({args.n_train} train, {args.n_val} val images)")
     return 0
 

@@ -3,7 +3,6 @@ nothing that is not a regular file read.
 """
 
 import io
-import math
 import os
 import stat
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from utils.data.annotations import AnnotatedSplit
+from utils.data.polygons import clip_polygon, polygon_box
 from utils.errors import DatasetError
 from utils.images import (
     IMG_FORMATS,
@@ -155,10 +155,10 @@ def size_problem(annotated: tuple[float, float], shown: tuple[int, int], stored:
     return f"its annotation gives its size as {w:g}x{h:g} but the image is {shown[0]}x{shown[1]}: boxes not used"
 
 
-def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, str]:
-    """Rows [cls, cx, cy, w, h] of a YOLO label file and a warning ('' if clean); raises ValueError if malformed.
-    Polygon rows (cls x1 y1 x2 y2 x3 y3 ...) become their enclosing box. Files over MAX_LABEL_BYTES are refused
-    before they are read."""
+def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, list[np.ndarray], str]:
+    """(rows [cls, cx, cy, w, h], polygons, warning ('' if clean)) of a YOLO label file; raises ValueError if
+    malformed. A polygon row (cls x1 y1 x2 y2 x3 y3 ...) gives its enclosing box and its (k, 2) vertices; a box row
+    an empty polygon. Files over MAX_LABEL_BYTES are refused before they are read."""
     # -sig: a byte-order mark (Windows editors) is not data
     text = read_regular_file(file, MAX_LABEL_BYTES).decode("utf-8-sig")
     rows = []
@@ -167,53 +167,75 @@ def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, str]:
         if not parts:
             continue
         if len(parts) != 5 and (len(parts) < 7 or len(parts) % 2 == 0):
-            raise ValueError(f"line {n}: labels need 5 columns (class cx cy w h), found {len(parts)}")
+            raise ValueError(f"line {n}: {_row_shape_problem(len(parts))}")
         try:
-            values = [float(v) for v in parts]
+            values = np.array(parts, dtype=np.float64)
         except ValueError:
-            raise ValueError(f"line {n}: non-numeric value in '{line.strip()}'"[:300]) from None
+            raise ValueError(f"line {n}: non-numeric value in '{line.strip()[:200]}'") from None
         rows.append((n, values))
     return labels_from_rows(rows, nc)
 
 
-def labels_from_rows(rows: list[tuple[int, list[float]]], nc: int) -> tuple[np.ndarray, str]:
+def _row_shape_problem(count: int) -> str:
+    """Why a row of count values is neither a box (class cx cy w h) nor a polygon (class and 3+ x y vertices)."""
+    rule = f"labels need 5 columns (class cx cy w h) or a polygon (class x1 y1 x2 y2 x3 y3 ...), found {count}"
+    if count % 2 == 0:
+        return f"{rule}: {count - 1} coordinates, an odd count, cannot be x y vertices"
+    return f"{rule}: a polygon of {(count - 1) // 2} vertices needs at least 3"
+
+
+def _shown(values: np.ndarray) -> str:
+    """The first values of a row as text, for a one-line message."""
+    return " ".join(f"{v:g}" for v in values[:12]) + (" ..." if len(values) > 12 else "")
+
+
+def labels_from_rows(rows: list[tuple[int, list[float]]], nc: int) -> tuple[np.ndarray, list[np.ndarray], str]:
     """(line number, [cls, cx, cy, w, h] or [cls, polygon...]) rows checked and cleaned as a label file's are: the
     one path from numbers to labels, shared by YOLO text files and labels converted from COCO JSON or VOC XML (so
-    that a converted dataset and its written-out text labels give the same float32 labels)."""
-    boxes = []
+    that a converted dataset and its written-out text labels give the same float32 labels). Returns the (n, 5)
+    labels, each row's float32 (k, 2) polygon (empty for a box row) and a note of what was changed."""
+    boxes, polygons, clipped = [], [], 0
     for n, values in rows:
-        text = " ".join(f"{v:g}" for v in values)
-        if not all(math.isfinite(v) for v in values):
-            raise ValueError(f"line {n}: non-finite value in '{text}'"[:300])
+        values = np.asarray(values, dtype=np.float64)
+        if not np.isfinite(values).all():
+            raise ValueError(f"line {n}: non-finite value in '{_shown(values)}'"[:300])
         cls = values[0]
         if cls != int(cls) or not 0 <= cls < nc:
             raise ValueError(f"line {n}: class {cls:g} is not an integer in [0, {nc})"[:300])
         coords = values[1:]
-        if min(coords) < -OVERSHOOT or max(coords) > 1 + OVERSHOOT:
-            raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {text.split(' ', 1)[1]}"[:300])
-        if len(coords) > 4:  # polygon -> box
-            xs, ys = coords[0::2], coords[1::2]
-            x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
+        if coords.min() < -OVERSHOOT or coords.max() > 1 + OVERSHOOT:
+            raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {_shown(coords)}"[:300])
+        if len(coords) > 4:  # polygon: its part inside the image, and the box of that
+            points = coords.reshape(-1, 2)
+            outside = int(((points < 0) | (points > 1)).any(1).sum())
+            clipped += outside
+            points = clip_polygon(points, 1.0, 1.0) if outside else points
+            boxes.append((cls, *polygon_box(points)))
+            polygons.append(points.astype(np.float32))
         else:
             cx, cy, w, h = coords
-            x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
-        boxes.append((cls, x1, y1, x2, y2))
+            boxes.append((cls, cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
+            polygons.append(np.zeros((0, 2), np.float32))
     if not boxes:
-        return np.zeros((0, 5), np.float32), ""
-    return _clean_boxes(np.array(boxes, dtype=np.float64))
+        return np.zeros((0, 5), np.float32), [], ""
+    labels, kept, note = _clean_boxes(np.array(boxes, dtype=np.float64))
+    if clipped:
+        note = "; ".join(x for x in (f"{clipped} polygon vertices outside the image clipped to it", note) if x)
+    return labels, [polygons[i] for i in kept], note
 
 
-def _clean_boxes(xyxy: np.ndarray) -> tuple[np.ndarray, str]:
+def _clean_boxes(xyxy: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
     """[cls, x1, y1, x2, y2] rows clipped to the image, zero-size and duplicate boxes dropped, as [cls, cx, cy, w, h]
-    float32, with a note of what was dropped."""
+    float32, with the indices of the rows kept and a note of what was dropped."""
     notes = []
+    kept = np.arange(len(xyxy))
     edges = xyxy[:, 1:]
     if (edges < 0).any() or (edges > 1).any():
         np.clip(edges, 0, 1, out=edges)  # boxes overshooting the image edge are cut at it
     degenerate = (xyxy[:, 3] <= xyxy[:, 1]) | (xyxy[:, 4] <= xyxy[:, 2])
     if degenerate.any():
         notes.append(f"{int(degenerate.sum())} zero-size box(es) removed")
-        xyxy = xyxy[~degenerate]
+        xyxy, kept = xyxy[~degenerate], kept[~degenerate]
     labels = np.empty((len(xyxy), 5), np.float32)
     labels[:, 0] = xyxy[:, 0]
     labels[:, 1] = (xyxy[:, 1] + xyxy[:, 3]) / 2
@@ -223,13 +245,17 @@ def _clean_boxes(xyxy: np.ndarray) -> tuple[np.ndarray, str]:
     _, first = np.unique(labels, axis=0, return_index=True)
     if len(first) < len(labels):
         notes.append(f"{len(labels) - len(first)} duplicate label(s) removed")
-        labels = labels[np.sort(first)]
-    return labels, "; ".join(notes)
+        labels, kept = labels[np.sort(first)], kept[np.sort(first)]
+    return labels, kept, "; ".join(notes)
 
 
-def verify_image_label(im_file: str, lb_file: str, nc: int) -> tuple[str, np.ndarray | None, tuple, str, str]:
-    """Check one image and its label file: (im_file, labels or None if corrupt, (w, h), warning, status).
-    status is 'ok', 'background' (no or empty label file) or 'corrupt'."""
+Verified = tuple[str, np.ndarray | None, tuple, str, str, list[np.ndarray]]
+
+
+def verify_image_label(im_file: str, lb_file: str, nc: int) -> Verified:
+    """Check one image and its label file: (im_file, labels or None if corrupt, (w, h), warning, status, polygons).
+    status is 'ok', 'background' (no or empty label file) or 'corrupt'; polygons: one (k, 2) array per label row
+    (empty for a box row)."""
     try:
         w, h = _image_size(im_file)
         if w < MIN_SIZE or h < MIN_SIZE:
@@ -237,22 +263,22 @@ def verify_image_label(im_file: str, lb_file: str, nc: int) -> tuple[str, np.nda
         if os.path.exists(lb_file) and not os.path.isfile(lb_file):
             raise ValueError(f"label path {lb_file} is not a file")
         if not os.path.isfile(lb_file):
-            return im_file, np.zeros((0, 5), np.float32), (w, h), "", "background"
+            return im_file, np.zeros((0, 5), np.float32), (w, h), "", "background", []
         size = os.path.getsize(lb_file)
         if size > MAX_LABEL_BYTES:
             raise ValueError(f"label file {lb_file} is {size} bytes, more than {MAX_LABEL_BYTES}: not read")
-        labels, note = _parse_labels(lb_file, nc)
-        return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
+        labels, polygons, note = _parse_labels(lb_file, nc)
+        return im_file, labels, (w, h), note, "ok" if len(labels) else "background", polygons
     except UnicodeDecodeError:
-        return im_file, None, (0, 0), f"label file {lb_file} is not UTF-8 text", "corrupt"
+        return im_file, None, (0, 0), f"label file {lb_file} is not UTF-8 text", "corrupt", []
     except (OSError, ValueError) as e:
-        return im_file, None, (0, 0), one_line(e), "corrupt"
+        return im_file, None, (0, 0), one_line(e), "corrupt", []
 
 
-def verify_image_rows(im_file: str, annotated: tuple, nc: int) -> tuple[str, np.ndarray | None, tuple, str, str]:
-    """verify_image_label for an image whose labels were converted from an annotation file: annotated is its (n, 5)
-    float32 [cls, cx, cy, w, h] rows, checked and cleaned exactly as the same numbers in a label file would be, and
-    the (w, h) the annotation gives, which must be the image's."""
+def verify_image_rows(im_file: str, annotated: tuple, nc: int) -> Verified:
+    """verify_image_label for an image whose labels were converted from an annotation file: annotated is its rows
+    ([cls, cx, cy, w, h] or [cls, polygon...], as a label file's lines), checked and cleaned exactly as the same
+    numbers in a label file would be, and the (w, h) the annotation gives, which must be the image's."""
     rows, size = annotated
     try:
         _, (w, h), stored = checked_image(im_file)
@@ -260,7 +286,7 @@ def verify_image_rows(im_file: str, annotated: tuple, nc: int) -> tuple[str, np.
             raise ValueError(f"image is {w}x{h}, smaller than {MIN_SIZE} px on a side")
         if problem := size_problem(size, (w, h), stored):
             raise ValueError(problem)
-        labels, note = labels_from_rows([(n, [float(v) for v in row]) for n, row in enumerate(rows, 1)], nc)
-        return im_file, labels, (w, h), note, "ok" if len(labels) else "background"
+        labels, polygons, note = labels_from_rows([(n, row) for n, row in enumerate(rows, 1)], nc)
+        return im_file, labels, (w, h), note, "ok" if len(labels) else "background", polygons
     except (OSError, ValueError) as e:
-        return im_file, None, (0, 0), one_line(e), "corrupt"
+        return im_file, None, (0, 0), one_line(e), "corrupt", []
