@@ -305,3 +305,26 @@ def test_ensemble_of_different_class_lists_is_one_line(tmp_path, shared, log):
     code, lines = _cli(tmp_path, log, "--data", str(data), "--weights", str(shared / "weights/yolov5n.pt"), str(other))
     errors = [line for line in lines if line.startswith("ERROR")]
     assert code == 1 and len(errors) == 1 and "80 classes" in errors[0] and "3 classes" in errors[0], lines[-5:]
+
+
+@pytest.mark.parametrize("model", ["yolo11n-seg", "yolov5n-seg"])
+def test_a_segment_model_reports_box_and_mask_metrics(tmp_path, shared, log, model):
+    """A segment checkpoint (random weights: a low threshold gives it detections) on coco128 against the official
+    JSON: the table's mask columns, results.json's mask_metrics (metrics' keys), predictions.json's RLEs, and
+    pycocotools' segm numbers on them equal to the mask metrics."""
+    weights = shared / f"reference/seg/{model}_random.pt"
+    data = data_yaml(tmp_path, shared, val=str(image_list(tmp_path, shared, 6)))
+    args = ["--data", str(data), "--img", "160", "--workers", "0", "--conf-thres", "0.0001", "--save-json"]
+    code, lines = _cli(tmp_path, log, *args, "--weights", str(weights), "--name", model)
+    assert code == 0, lines[-5:]
+    assert any("Box(P" in line and "Mask(P" in line for line in lines)
+    run = tmp_path / "runs" / model
+    results = json.loads((run / "results.json").read_text())
+    assert set(results["mask_metrics"]) == set(results["metrics"]) and "mask_per_class" in results
+    predictions = json.loads((run / "predictions.json").read_text())
+    assert len(predictions) > 100 and all(set(p["segmentation"]) == {"size", "counts"} for p in predictions)
+    ann_json = shared / "datasets/coco128/annotations/instances_train2017.json"
+    ids = [int(Path(f).stem) for f in (tmp_path / "first6.txt").read_text().split()]
+    segm = pycocotools_stats(ann_json, run / "predictions.json", image_ids=ids, iou_type="segm")
+    mask_metrics = [results["mask_metrics"][k] for k in ("mAP50-95", "mAP50", "mAP75")]
+    assert np.abs(segm[:3] - mask_metrics).max() <= 1e-4 and results["pycocotools"]["segm_stats"] == segm.tolist()

@@ -190,16 +190,22 @@ def plot_results(csv_file: str | Path) -> Path:
         rows = [[c.strip() for c in r] for r in csv.reader(f) if r]
     header = rows[0]
     values = np.array([[float(c) for c in r] for r in rows[1:]], dtype=np.float64).reshape(-1, len(header))
-    # The top row: training losses, precision, recall; the bottom: validation losses, mAP50, mAP50-95. The loss
-    # columns are read from the header (YOLOv5: box, obj, cls; anchor-free: box, cls, dfl).
+    # The top row: training losses, precision, recall; the bottom: validation losses, mAP50, mAP50-95 (a segment
+    # run's mask metrics beside the box ones). The loss columns are read from the header (YOLOv5: box, obj, cls;
+    # anchor-free: box, cls, dfl; segment: and seg).
     train = [c for c in header if c.startswith("train/")]
     val = [c for c in header if c.startswith("val/")]
-    order = [*train, "metrics/precision", "metrics/recall", *val, "metrics/mAP50", "metrics/mAP50-95"]
-    columns = [c for c in order if c in header]
-    fig = Figure(figsize=(12, 6))
-    axes = fig.subplots(2, 5).ravel()
+    top = [*train, "metrics/precision", "metrics/recall", "metrics/mask_precision", "metrics/mask_recall"]
+    bottom = [*val, "metrics/mAP50", "metrics/mAP50-95", "metrics/mask_mAP50", "metrics/mask_mAP50-95"]
+    top, bottom = [c for c in top if c in header], [c for c in bottom if c in header]
+    width = max(len(top), len(bottom), 5)
+    columns = [*top, *[None] * (width - len(top)), *bottom]
+    fig = Figure(figsize=(12 * width / 5, 6))
+    axes = fig.subplots(2, width).ravel()
     epochs = values[:, header.index("epoch")] if "epoch" in header else np.arange(len(values))
     for ax, name in zip(axes, columns):
+        if name is None:
+            continue
         y = values[:, header.index(name)]
         ax.plot(epochs, y, marker=".", linewidth=2, markersize=8, label="results")
         ax.plot(epochs, _moving_average(y), ":", linewidth=2, label="smooth")

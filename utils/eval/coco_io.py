@@ -59,6 +59,7 @@ class CocoGroundTruth:
     boxes: Boxes  # image = image id, cls = class index
     file_names: dict[int, str] = field(default_factory=dict)  # image id -> the images entry's file_name, if any
     sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # image id -> (height, width), if given
+    segmentations: list = field(default_factory=list)  # each annotation's 'segmentation' as read (None if none)
 
     def __post_init__(self):
         self._order = np.argsort(self.boxes.image, kind="stable")  # rows grouped by image, for image()
@@ -69,6 +70,11 @@ class CocoGroundTruth:
         lo, hi = np.searchsorted(self._sorted_images, [image_id, image_id + 1])
         rows, b = self._order[lo:hi], self.boxes
         return xywh_to_xyxy(b.xywh[rows]), np.asarray(self.category_ids)[b.cls[rows]], b.area[rows], b.crowd[rows]
+
+    def image_segmentations(self, image_id: int) -> list:
+        """The 'segmentation' of each annotation of one image, in image()'s order (None where it has none)."""
+        lo, hi = np.searchsorted(self._sorted_images, [image_id, image_id + 1])
+        return [self.segmentations[r] if self.segmentations else None for r in self._order[lo:hi].tolist()]
 
 
 def _index_in(sorted_ids: Sequence[int], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -153,6 +159,7 @@ def load_coco_ground_truth(path: str | Path) -> CocoGroundTruth:
         box_set(image, cls, xywh, area=area, crowd=crowd),
         file_names,
         sizes,
+        [a.get("segmentation") for a in anns],
     )
 
 
@@ -217,9 +224,13 @@ def evaluate_coco_json(
 
 
 def pycocotools_stats(
-    gt: str | Path | dict, predictions: str | Path | list, image_ids: Sequence[int] | None = None
+    gt: str | Path | dict,
+    predictions: str | Path | list,
+    image_ids: Sequence[int] | None = None,
+    iou_type: str = "bbox",
 ) -> np.ndarray:
-    """pycocotools' own 12 numbers (the reference implementation), quietly; optionally over some images only."""
+    """pycocotools' own 12 numbers (the reference implementation), quietly; optionally over some images only.
+    iou_type: 'bbox', or 'segm' for the masks (the detections' and ground truth's segmentations)."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
@@ -237,7 +248,7 @@ def pycocotools_stats(
             coco_dt = coco_gt.loadRes([dict(p) for p in preds])  # copies: loadRes edits the dicts it gets
         except AssertionError:
             raise MetricsError("pycocotools: predictions name image ids that are not in the ground truth") from None
-        evaluator = COCOeval(coco_gt, coco_dt, "bbox")
+        evaluator = COCOeval(coco_gt, coco_dt, iou_type)
         if image_ids is not None:
             evaluator.params.imgIds = [int(i) for i in image_ids]
         evaluator.evaluate()

@@ -8,7 +8,7 @@ import contextlib
 import gc
 import io
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
@@ -278,20 +278,27 @@ def evaluate_arrays(
     gt: Boxes,
     dt: Boxes,
     confusion: bool = False,
+    pair_iou: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> DetectionMetrics:
     """Score detections against ground truth.
 
     Image fields of both are indices 0..n_images-1 of the sorted image ids; classes are indices into names.
+    pair_iou(det indices, gt indices) gives the IoUs of same-image, same-class pairs (indices into dt and gt as
+    given) in place of the boxes' (the 'segm' evaluation: mask IoUs; areas stay those of gt and dt).
     """
     n_classes = len(names)
     if n_images == 0:
         raise MetricsError("no images to evaluate")
-    gt, dt, by_class = _protocol_order(n_images, n_classes, gt, dt)
+    gt_order, dt_order, by_class = _protocol_order(n_images, n_classes, gt, dt)
+    gt, dt = gt.take(gt_order), dt.take(dt_order)
     gt_pair = gt.cls * n_images + gt.image
     # Same-pair IoUs of every detection: the COCO arrays and YOLOv5's true positives both start from them.
     d, g = pairs_with_equal_keys(dt.cls * n_images + dt.image, gt_pair)
-    iou = coco_iou(dt.xywh[d], gt.xywh[g], gt.crowd[g])
-    precision, recall = _coco_arrays(n_images, n_classes, gt, dt, d, g, iou)
+    if pair_iou is None:
+        iou = coco_iou(dt.xywh[d], gt.xywh[g], gt.crowd[g])
+    else:
+        iou = np.asarray(pair_iou(dt_order[d], gt_order[g]), np.float64).reshape(len(d))
+    precision, recall = _coco_arrays(n_images, n_classes, gt, dt, d, g, iou, boxes=pair_iou is None)
     area_all, m100 = 0, MAX_DETS.index(100)
     per_class = precision[:, :, :, area_all, m100]  # T, R, K
     present = (per_class > -1).all(axis=(0, 1))
@@ -325,29 +332,39 @@ def evaluate_arrays(
     )
 
 
-def _protocol_order(n_images: int, n_classes: int, gt: Boxes, dt: Boxes) -> tuple[Boxes, Boxes, np.ndarray]:
-    """Both sides sorted by class, then image, detections then by decreasing score; and the P/R curves' order.
+def _protocol_order(n_images: int, n_classes: int, gt: Boxes, dt: Boxes) -> tuple[np.ndarray, ...]:
+    """The orders of both sides: by class, then image, detections then by decreasing score; and the P/R curves'.
 
     Stable sorts keep ties in input order, as pycocotools does. The curves want detections by class, then
     decreasing score (images mixed): returned as positions in the sorted detections, sharing the score sort.
     """
-    gt = gt.take(np.argsort(gt.cls * n_images + gt.image, kind="stable"))
+    gt_order = np.argsort(gt.cls * n_images + gt.image, kind="stable")
     by_score = np.argsort(-dt.score, kind="stable")
     order = by_score[np.argsort((dt.cls * n_images + dt.image)[by_score], kind="stable")]
     by_class = by_score[np.argsort(dt.cls[by_score].astype(np.int16 if n_classes < 2**15 else np.int64), kind="stable")]
     position = np.empty_like(order)
     position[order] = np.arange(len(order))
-    return gt, dt.take(order), position[by_class]
+    return gt_order, order, position[by_class]
 
 
 def _coco_arrays(
-    n_images: int, n_classes: int, gt: Boxes, dt: Boxes, d: np.ndarray, g: np.ndarray, iou: np.ndarray
+    n_images: int,
+    n_classes: int,
+    gt: Boxes,
+    dt: Boxes,
+    d: np.ndarray,
+    g: np.ndarray,
+    iou: np.ndarray,
+    boxes: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """COCOeval's precision [T,R,K,A,M] and recall [T,K,A,M]: the C++ core when available, else the public API.
+    """COCOeval's precision [T,R,K,A,M] and recall [T,K,A,M]: the C++ core when available, else the public API
+    (boxes only: it computes its own box IoUs).
 
     The protocol only looks at the top MAX_DETS[-1] detections of each (image, class) pair.
     """
     if not _fast_core_available():
+        if not boxes:
+            raise MetricsError("mask metrics need faster-coco-eval's C++ core (faster-coco-eval 1.7 or later)")
         return _accumulate_public(n_images, n_classes, gt, dt)
     _, starts, counts = runs_of(dt.cls * n_images + dt.image)
     top = np.arange(len(dt)) - np.repeat(starts, counts) < MAX_DETS[-1]

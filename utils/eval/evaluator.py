@@ -11,6 +11,7 @@ import numpy as np
 from utils.eval.coco_protocol import as_numpy, evaluate_arrays
 from utils.eval.matching import Boxes, box_set
 from utils.eval.metrics import DetectionMetrics
+from utils.eval.segm import PairIous, rle_json, same_class_ious
 
 # Detections are stored as a COCO results JSON stores them (YOLOv5's rounding), so the in-memory numbers
 # equal pycocotools' on the saved predictions file.
@@ -24,7 +25,7 @@ class CocoEvaluator:
     category_ids maps class indices to the ids written to COCO files (default: the indices themselves).
     """
 
-    def __init__(self, names: Sequence[str], category_ids: Sequence[int] | None = None):
+    def __init__(self, names: Sequence[str], category_ids: Sequence[int] | None = None, keep_masks: bool = False):
         self.names = [str(n) for n in names]
         self.category_ids = list(range(len(self.names))) if category_ids is None else [int(c) for c in category_ids]
         if len(self.category_ids) != len(self.names):
@@ -32,6 +33,13 @@ class CocoEvaluator:
         self._images: dict[int, tuple[int, int] | None] = {}  # id -> (height, width) when known
         self._gt: dict[str, list[np.ndarray]] = {k: [] for k in ("image", "cls", "xyxy", "area", "crowd")}
         self._dt: dict[str, list[np.ndarray]] = {k: [] for k in ("image", "cls", "xyxy", "score")}
+        # Masks ('segm'): the mask IoUs of same-class pairs; the RLEs and ground-truth segmentations themselves
+        # only when they are to be written (keep_masks: predictions.json, ground_truth.json).
+        self._n_gt = self._n_dt = 0
+        self._mask_ious, self.keep_masks = PairIous(), keep_masks
+        self._masked_images: set[int] = set()
+        self._det_rles: dict[int, dict] = {}  # detection index -> RLE
+        self._gt_segmentations: dict[int, object] = {}  # ground-truth index -> COCO segmentation
 
     def __len__(self) -> int:
         return len(self._images)
@@ -71,6 +79,23 @@ class CocoEvaluator:
         dt["cls"].append(as_numpy(det_classes).reshape(n_det))
         dt["xyxy"].append(det_xyxy)
         dt["score"].append(as_numpy(det_scores).reshape(n_det))
+        self._n_gt, self._n_dt = self._n_gt + n_gt, self._n_dt + n_det
+
+    def add_masks(self, gt_rles: list[dict], det_rles: list[dict], gt_segmentations: list | None = None) -> None:
+        """The masks of the image added last: one COCO RLE per ground truth and per detection, in add()'s order
+        (gt_segmentations: the ground truth's COCO segmentations, for ground_truth())."""
+        image_id = next(reversed(self._images))  # the last added
+        gt_cls, det_cls, crowd = self._gt["cls"][-1], self._dt["cls"][-1], self._gt["crowd"][-1]
+        if len(gt_rles) != len(gt_cls) or len(det_rles) != len(det_cls):
+            raise ValueError(f"image {image_id}: {len(gt_rles)}/{len(det_rles)} masks for {len(gt_cls)}/{len(det_cls)}")
+        d, g, iou = same_class_ious(det_rles, det_cls, gt_rles, gt_cls, crowd)
+        gt0, dt0 = self._n_gt - len(gt_cls), self._n_dt - len(det_cls)
+        self._mask_ious.add(d + dt0, g + gt0, iou)
+        self._masked_images.add(image_id)
+        if self.keep_masks:
+            self._det_rles.update(zip(range(dt0, self._n_dt), det_rles))
+            if gt_segmentations is not None:
+                self._gt_segmentations.update(zip(range(gt0, self._n_gt), gt_segmentations))
 
     def _collect(self) -> tuple[np.ndarray, Boxes, Boxes]:
         """Sorted image ids and the flat ground truth and (JSON-rounded) detections."""
@@ -110,14 +135,29 @@ class CocoEvaluator:
         gt.image, dt.image = np.searchsorted(ids, gt.image), np.searchsorted(ids, dt.image)
         return evaluate_arrays(len(ids), self.names, self.category_ids, gt, dt, confusion=confusion)
 
+    def evaluate_masks(self) -> DetectionMetrics:
+        """The same numbers for the masks (COCO's 'segm'): the pairs' mask IoUs in place of their box IoUs; areas as
+        for the boxes (the ground truth's, the detections' boxes', as pycocotools takes them from a results file
+        that has boxes). Every image must have had its masks added."""
+        if len(self._masked_images) != len(self._images):
+            raise ValueError(f"masks were added for {len(self._masked_images)} of {len(self._images)} images")
+        ids, gt, dt = self._collect()
+        gt.image, dt.image = np.searchsorted(ids, gt.image), np.searchsorted(ids, dt.image)
+        pair_iou = self._mask_ious.lookup(len(gt))
+        return evaluate_arrays(len(ids), self.names, self.category_ids, gt, dt, pair_iou=pair_iou)
+
     def predictions(self) -> list[dict]:
-        """Detections in COCO results format (bbox x, y, w, h), in the order they were added."""
+        """Detections in COCO results format (bbox x, y, w, h, and with kept masks their RLE segmentation), in the
+        order they were added."""
         _, _, dt = self._collect()
         cat_ids = np.asarray(self.category_ids)[dt.cls].tolist()
-        return [
+        rows = [
             {"image_id": i, "category_id": c, "bbox": b, "score": s}
             for i, c, b, s in zip(dt.image.tolist(), cat_ids, dt.xywh.tolist(), dt.score.tolist())
         ]
+        for n, rle in self._det_rles.items():
+            rows[n]["segmentation"] = rle_json(rle)
+        return rows
 
     def ground_truth(self) -> dict:
         """The ground truth as a COCO annotations dict (full-precision floats, so evaluation round-trips)."""
@@ -136,5 +176,7 @@ class CocoEvaluator:
                 zip(gt.image.tolist(), cat_ids, gt.xywh.tolist(), gt.area.tolist(), gt.crowd.tolist()), 1
             )
         ]
+        for n, segmentation in self._gt_segmentations.items():
+            annotations[n]["segmentation"] = segmentation
         categories = [{"id": c, "name": n} for c, n in zip(self.category_ids, self.names)]
         return {"images": images, "annotations": annotations, "categories": categories}

@@ -16,9 +16,15 @@ from utils.log import LOGGER
 
 
 def write_results_json(
-    path: Path, metrics: DetectionMetrics, speed_ms: tuple[float, float, float], pycocotools: np.ndarray | None = None
+    path: Path,
+    metrics: DetectionMetrics,
+    speed_ms: tuple[float, float, float],
+    pycocotools: np.ndarray | None = None,
+    mask_metrics: DetectionMetrics | None = None,
+    mask_pycocotools: np.ndarray | None = None,
 ) -> None:
-    """results.json: the summary metrics, the per-class table, speed, image/instance counts, pycocotools' stats."""
+    """results.json: the summary metrics, the per-class table, speed, image/instance counts, pycocotools' stats; a
+    segment model's mask_metrics (the same keys as metrics), mask_per_class and pycocotools' segm stats."""
     out = {
         "metrics": metrics.summary_dict(),
         "per_class": metrics.per_class_dict(),
@@ -26,8 +32,12 @@ def write_results_json(
         "images": metrics.images,
         "instances": int(metrics.instances.sum()),
     }
+    if mask_metrics is not None:
+        out["mask_metrics"], out["mask_per_class"] = mask_metrics.summary_dict(), mask_metrics.per_class_dict()
     if pycocotools is not None:
         out["pycocotools"] = {"stats": [float(x) for x in pycocotools]}
+        if mask_pycocotools is not None:
+            out["pycocotools"]["segm_stats"] = [float(x) for x in mask_pycocotools]
     path.write_text(json.dumps(out, indent=2))
 
 

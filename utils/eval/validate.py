@@ -8,7 +8,6 @@ maximal mean F1.
 """
 
 import contextlib
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from tqdm import tqdm
 from utils.boxes import end2end_detections, non_max_suppression, scale_boxes, xywh2xyxy, xyxy2xywh
 from utils.errors import MetricsError, TestError
 from utils.eval.charts import plot_evaluation
-from utils.eval.coco_io import format_coco_stats, pycocotools_stats
 from utils.eval.coco_json import (
     JsonGroundTruth,
     check_json_sizes,
@@ -29,12 +27,13 @@ from utils.eval.coco_json import (
 )
 from utils.eval.evaluator import CocoEvaluator
 from utils.eval.metrics import DetectionMetrics, fitness
+from utils.eval.report import TABLE_HEADER, print_report, save_json_and_check
+from utils.eval.segm import MaskGroundTruth, rle_area
+from utils.infer.masks import crop_rle, iter_instance_masks
 from utils.labels import write_yolo_labels
-from utils.log import LOGGER, PROGRESS_BAR, one_line, speed_line
+from utils.log import LOGGER, PROGRESS_BAR, one_line
 from utils.plots import save_batch_plot
 from utils.torch_utils import time_sync
-
-TABLE_HEADER = ("%22s" + "%11s" * 6) % ("Class", "Images", "Instances", "P", "R", "mAP50", "mAP50-95")
 
 
 @dataclass
@@ -70,11 +69,11 @@ class ValidationResult:
     """What one evaluation produces."""
 
     metrics: DetectionMetrics  # COCO numbers, per-class AP, YOLOv5-style P/R, curves, confusion matrix
-    losses: tuple[
-        float, float, float
-    ]  # the loss's three items per batch (YOLOv5: box, obj, cls; others: box, cls, dfl)
+    losses: tuple[float, ...]  # the loss's items per batch (YOLOv5: box, obj, cls; others: box, cls, dfl; + seg)
     speed_ms: tuple[float, float, float]  # pre-process, inference, NMS milliseconds per image
     pycocotools: np.ndarray | None = None  # pycocotools' 12 numbers on predictions.json (save_json)
+    mask_metrics: DetectionMetrics | None = None  # a segment model's: the same numbers for its masks (COCO 'segm')
+    mask_pycocotools: np.ndarray | None = None  # pycocotools' 12 'segm' numbers on predictions.json (save_json)
 
     def __repr__(self) -> str:
         """One short line: the metrics' repr, the losses, the speed and whether pycocotools cross-checked."""
@@ -85,8 +84,10 @@ class ValidationResult:
 
     @property
     def fitness(self) -> float:
-        """Model selection score 0.1 * mAP50 + 0.9 * mAP50-95."""
-        return float(fitness(self.metrics))
+        """Model selection score 0.1 * mAP50 + 0.9 * mAP50-95; a segment model's is its boxes' plus its masks' (as
+        YOLOv5's segment/train.py and Ultralytics' SegmentMetrics add them)."""
+        masks = 0.0 if self.mask_metrics is None else fitness(self.mask_metrics)
+        return float(fitness(self.metrics) + masks)
 
     @property
     def summary(self) -> tuple[float, ...]:
@@ -113,10 +114,12 @@ def evaluate(
 ) -> ValidationResult:
     """Score model on every batch of dataloader (YOLOv5's LoadImagesAndLabels batches) and return the result.
 
-    names are the data's class names; compute_loss(predictions, targets) -> (loss, three loss items) adds the
-    validation losses. See ValidationOptions for thresholds, ground truth, outputs and precision; with
-    single_cls the loader must have been built with single_cls too (its labels all class 0). Raises TestError or
-    MetricsError (one line) when the ground truth JSON does not describe the images.
+    names are the data's class names; compute_loss(predictions, targets) -> (loss, loss items) adds the
+    validation losses (a segment model's: compute_loss(model outputs, targets, masks)). A model whose task has
+    masks (model.task) is also scored on them (ValidationResult.mask_metrics). See ValidationOptions for
+    thresholds, ground truth, outputs and precision; with single_cls the loader must have been built with
+    single_cls too (its labels all class 0). Raises TestError or MetricsError (one line) when the ground truth
+    JSON does not describe the images.
     """
     opts = family_thresholds(options or ValidationOptions(), model.family)
     if opts.save_dir is None and (opts.save_txt or opts.save_json or opts.plots):
@@ -124,21 +127,15 @@ def evaluate(
     names = ["item"] if opts.single_cls and len(names) != 1 else list(names)
     files = list(dataloader.dataset.im_files)
     json_gt = _ground_truth(opts, names, files)
+    mask_gt = _mask_ground_truth(model, dataloader.dataset, json_gt)
+    evaluator = _evaluator(names, opts, json_gt, keep_masks=opts.save_json and mask_gt is not None)
     ids = json_gt.image_ids if json_gt is not None else image_ids_for(files)
-    category_ids = None if opts.single_cls else coco_category_ids(names)
-    if json_gt is not None and category_ids is None:
-        category_ids = json_gt.gt.category_ids
-    evaluator = CocoEvaluator(names, category_ids)
-    if opts.save_txt:
-        check_outside_dataset(Path(opts.save_dir), dataloader.dataset)
-    txt_of = _label_files(files, Path(opts.save_dir) / "labels") if opts.save_txt else {}
-    if opts.save_txt or opts.save_json or opts.plots:
-        make_folder(Path(opts.save_dir) / "labels" if opts.save_txt else Path(opts.save_dir))
+    txt_of = _output_folders(opts, dataloader.dataset, files)
 
     was_training = model.training
     model.eval()
     try:
-        run = _Run(model, opts, evaluator, dict(zip(files, ids)), json_gt, txt_of, names)
+        run = _Run(model, opts, evaluator, dict(zip(files, ids)), json_gt, txt_of, names, mask_gt)
         losses = run.all_batches(dataloader, compute_loss)
     finally:
         model.train(was_training)
@@ -146,15 +143,56 @@ def evaluate(
     if json_gt is not None:
         check_json_sizes(json_gt, run.image_hw, run.id_of)
     metrics = evaluator.evaluate(confusion=opts.plots)
+    masks = None if mask_gt is None else evaluator.evaluate_masks()
     speed = tuple(t / max(run.seen, 1) * 1e3 for t in run.totals)
-    _print_report(metrics, run.seen, speed, opts, dataloader)
-    coco_stats = _save_json_and_check(evaluator, Path(opts.save_dir), json_gt, metrics) if opts.save_json else None
+    per_class = opts.verbose if opts.per_class is None else opts.per_class
+    print_report(metrics, masks, run.seen, speed, opts.verbose, per_class, dataloader)
+    checked = (None, None)
+    if opts.save_json:
+        ann_json = None if json_gt is None else json_gt.path
+        checked = save_json_and_check(evaluator, Path(opts.save_dir), ann_json, metrics, masks)
     if opts.plots:
         try:
             plot_evaluation(metrics, Path(opts.save_dir))
         except Exception as e:  # a plot must never stop validation
             LOGGER.warning(f"WARNING: could not plot the evaluation charts: {e}")
-    return ValidationResult(metrics, tuple(losses), speed, coco_stats)
+    return ValidationResult(metrics, tuple(losses), speed, checked[0], masks, checked[1])
+
+
+def _evaluator(names: list[str], opts: ValidationOptions, json_gt, keep_masks: bool) -> CocoEvaluator:
+    """The evaluator, with the category ids written to COCO files: COCO's for its 80 names, else the JSON's."""
+    category_ids = None if opts.single_cls else coco_category_ids(names)
+    if json_gt is not None and category_ids is None:
+        category_ids = json_gt.gt.category_ids
+    return CocoEvaluator(names, category_ids, keep_masks=keep_masks)
+
+
+def _output_folders(opts: ValidationOptions, dataset, files: list[str]) -> dict[str, Path]:
+    """The folders the options write into, made; --save-txt's file for each image (none without it)."""
+    if opts.save_txt:
+        check_outside_dataset(Path(opts.save_dir), dataset)
+    txt_of = _label_files(files, Path(opts.save_dir) / "labels") if opts.save_txt else {}
+    if opts.save_txt or opts.save_json or opts.plots:
+        make_folder(Path(opts.save_dir) / "labels" if opts.save_txt else Path(opts.save_dir))
+    return txt_of
+
+
+_NO_POLYGONS_WARNED: list[bool] = []  # said once per process (training validates every epoch)
+
+
+def _mask_ground_truth(model, dataset, json_gt: JsonGroundTruth | None) -> MaskGroundTruth | None:
+    """Where a segment model's masks are scored against (model.task says whether it has masks): the JSON's
+    segmentations, else the dataset's polygons; None for a detection model, or when there are no polygons."""
+    task = getattr(model, "task", None)
+    if task is None or not task.masks:
+        return None
+    segments = getattr(dataset, "segments", None)
+    if json_gt is None and segments is None:
+        if not _NO_POLYGONS_WARNED:
+            _NO_POLYGONS_WARNED.append(True)
+            LOGGER.warning("WARNING: a segment model on labels without polygons: its masks are not scored")
+        return None
+    return MaskGroundTruth(list(dataset.im_files), segments, json_gt)
 
 
 _FALLBACK_WARNED: set[str] = set()  # JSON files already reported unusable (ann_json_fallback)
@@ -179,9 +217,11 @@ def _ground_truth(opts: ValidationOptions, names: list[str], files: list[str]) -
 class _Run:
     """One pass over the loader: timing, NMS, losses, and each image into the evaluator (and labels/plots)."""
 
-    def __init__(self, model, opts: ValidationOptions, evaluator, id_of, json_gt, txt_of, names):
+    def __init__(self, model, opts: ValidationOptions, evaluator, id_of, json_gt, txt_of, names, mask_gt=None):
         self.model, self.opts, self.evaluator, self.json_gt = model, opts, evaluator, json_gt
-        self.id_of, self.txt_of, self.names = id_of, txt_of, names
+        self.id_of, self.txt_of, self.names, self.mask_gt = id_of, txt_of, names, mask_gt
+        task = getattr(model, "task", None)  # a segment model's outputs carry mask coefficients and prototypes
+        self.masks = task is not None and task.masks
         parameter = next(model.parameters())
         self.device, self.half = parameter.device, parameter.dtype == torch.float16
         amp = opts.half and self.device.type == "cuda" and not self.half
@@ -191,25 +231,38 @@ class _Run:
         self.seen, self.totals, self.image_hw = 0, [0.0, 0.0, 0.0], {}
 
     def all_batches(self, dataloader, compute_loss) -> list[float]:
-        """Run every batch; the mean loss items per batch (zeros without compute_loss)."""
-        loss = torch.zeros(3, device=self.device)
+        """Run every batch; the mean loss items per batch (three zeros without compute_loss)."""
+        loss = None
         bar = tqdm(dataloader, desc=TABLE_HEADER, bar_format=PROGRESS_BAR, disable=not self.opts.verbose)
-        for batch_i, (im, targets, paths, shapes) in enumerate(bar):
-            im, targets, output, train_out = self.batch(im, targets)
+        for batch_i, (im, targets, paths, shapes, *rest) in enumerate(bar):
+            im, targets, output, outputs = self.batch(im, targets)
             if compute_loss is not None:
-                loss += compute_loss([x.float() for x in train_out], targets)[1]
+                items = self.loss_items(compute_loss, outputs, targets, rest)
+                loss = items if loss is None else loss + items
+            protos = outputs.protos if self.mask_gt is not None else None
             for si, det in enumerate(output):
-                self.image(det, targets[targets[:, 0] == si, 1:], im.shape[2:], paths[si], shapes[si])
+                labels, image_protos = targets[targets[:, 0] == si, 1:], None if protos is None else protos[si]
+                self.image(det, labels, im.shape[2:], paths[si], shapes[si], image_protos)
             if self.opts.plots and batch_i < 3:
                 folder, names = Path(self.opts.save_dir), self.names
                 save_batch_plot(im, targets, paths, folder / f"val_batch{batch_i}_labels.jpg", names)
                 save_batch_plot(
                     im, _predictions_to_targets(output), paths, folder / f"val_batch{batch_i}_pred.jpg", names
                 )
+        loss = torch.zeros(3) if loss is None else loss
         return (loss.cpu() / max(len(dataloader), 1)).tolist()
 
+    def loss_items(self, compute_loss, outputs, targets: torch.Tensor, rest: list) -> torch.Tensor:
+        """One batch's loss items: a segment model's from its whole outputs, the targets and the batch's masks; a
+        detection model's from the raw maps and targets."""
+        if self.masks:
+            masks = rest[0].to(self.device) if rest and rest[0] is not None else None
+            return compute_loss(outputs, targets, masks)[1].detach()
+        return compute_loss([x.float() for x in outputs[1]], targets)[1].detach()
+
     def batch(self, im: torch.Tensor, targets: torch.Tensor):
-        """Pre-process, inference and NMS of one batch, each timed; (images, targets, NMS output, raw outputs)."""
+        """Pre-process, inference and NMS of one batch, each timed; (images, targets, NMS output, model outputs).
+        A segment model's detections carry their mask coefficients after the six box columns."""
         opts = self.opts
         t0 = time_sync(self.device)
         im = im.to(self.device, non_blocking=True)
@@ -219,8 +272,11 @@ class _Run:
         targets = targets.to(self.device)
         t1 = time_sync(self.device)
         with self.autocast:
-            preds, train_out = self.model(im)
+            outputs = self.model(im)
         t2 = time_sync(self.device)
+        preds, extra = outputs[0], 0
+        if self.mask_gt is not None:
+            preds, extra = torch.cat((preds.float(), outputs.coefficients.float()), 2), outputs.coefficients.shape[2]
         if self.model.family.end2end:  # final detections (YOLO26's one-to-one head): no NMS
             output = end2end_detections(preds, opts.conf_thres, max_det=opts.max_det)
         else:
@@ -231,61 +287,55 @@ class _Run:
                 multi_label=True,
                 agnostic=opts.single_cls,
                 max_det=opts.max_det,
+                extra=extra,
             )
         t3 = time_sync(self.device)
         for k, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
             self.totals[k] += dt
-        return im, targets, output, train_out
+        return im, targets, output, outputs
 
-    def image(self, det: torch.Tensor, labels: torch.Tensor, input_hw, path: str, shapes) -> None:
-        """One image's detections and labels into the evaluator; its --save-txt labels."""
+    def image(self, det: torch.Tensor, labels: torch.Tensor, input_hw, path: str, shapes, protos=None) -> None:
+        """One image's detections and labels (and with protos, its masks) into the evaluator; its --save-txt
+        labels."""
         self.seen += 1
         if self.opts.single_cls:
             det[:, 5] = 0
         (h0, w0), ratio_pad = shapes
         det = det.detach().cpu().double()
         det[:, :4] = scale_boxes(input_hw, det[:, :4].clone(), (h0, w0), ratio_pad)  # original-image pixels
-        _add_image(self.evaluator, self.id_of[path], det, labels, input_hw, shapes, self.json_gt)
+        image_id = self.id_of[path]
+        gt_boxes, gt_classes, areas, crowd = _image_ground_truth(image_id, labels, input_hw, shapes, self.json_gt)
+        if protos is not None:
+            segmentations, gt_rles = self.mask_gt.image(path, image_id, gt_boxes.numpy(), (int(h0), int(w0)))
+            if self.json_gt is None:  # the labels' areas are their masks', as COCO's annotations give them
+                areas = rle_area(gt_rles)
+        boxes, scores, classes = det[:, :4], det[:, 4], det[:, 5]
+        self.evaluator.add(
+            image_id, gt_boxes, gt_classes, boxes, scores, classes, gt_areas=areas, gt_crowd=crowd, shape=(h0, w0)
+        )
+        if protos is not None:
+            pieces = iter_instance_masks(protos.float().cpu(), det[:, 6:], boxes.numpy(), input_hw, (h0, w0), ratio_pad)
+            det_rles = [crop_rle(origin, crop, (int(h0), int(w0))) for origin, crop in pieces]
+            self.evaluator.add_masks(gt_rles, det_rles, segmentations)
         self.image_hw[path] = (int(h0), int(w0))
         if self.opts.save_txt:
-            write_yolo_labels(self.txt_of[path], det, (h0, w0), self.opts.save_conf)
+            write_yolo_labels(self.txt_of[path], det[:, :6], (h0, w0), self.opts.save_conf)
 
 
-def _add_image(
-    evaluator: CocoEvaluator,
-    image_id: int,
-    det: torch.Tensor,
-    labels: torch.Tensor,
-    input_hw: tuple[int, int],
-    shapes: tuple,
-    json_gt: JsonGroundTruth | None,
-) -> None:
-    """One image's detections (original-image pixels) and ground truth into the evaluator.
+def _image_ground_truth(image_id: int, labels: torch.Tensor, input_hw, shapes: tuple, json_gt):
+    """One image's ground truth: (corner boxes in original pixels, class indices, areas or None, crowd or None).
 
     labels: (n, 5) [cls, cx, cy, w, h] normalised to the network input; shapes: the dataset's ((h0, w0),
     ratio_pad) for scale_boxes; json_gt: the COCO JSON to use instead of labels.
     """
-    (h0, w0), ratio_pad = shapes
-    boxes, scores, classes = det[:, :4], det[:, 4], det[:, 5]
     if json_gt is not None:
         gt_boxes, categories, areas, crowd = json_gt.gt.image(image_id)
-        evaluator.add(
-            image_id,
-            gt_boxes,
-            json_gt.class_of[categories],
-            boxes,
-            scores,
-            classes,
-            gt_areas=areas,
-            gt_crowd=crowd,
-            shape=(h0, w0),
-        )
-        return
+        return torch.from_numpy(gt_boxes), json_gt.class_of[categories], areas, crowd
+    (h0, w0), ratio_pad = shapes
     height, width = input_hw
     labels = labels.detach().cpu().double()
     gt_boxes = xywh2xyxy(labels[:, 1:5]) * torch.tensor([width, height, width, height], dtype=torch.float64)
-    gt_boxes = scale_boxes(input_hw, gt_boxes, (h0, w0), ratio_pad)
-    evaluator.add(image_id, gt_boxes, labels[:, 0], boxes, scores, classes, shape=(h0, w0))
+    return scale_boxes(input_hw, gt_boxes, (h0, w0), ratio_pad), labels[:, 0], None, None
 
 
 def _predictions_to_targets(output: list[torch.Tensor]) -> torch.Tensor:
@@ -295,58 +345,6 @@ def _predictions_to_targets(output: list[torch.Tensor]) -> torch.Tensor:
         det = det.float().cpu()
         rows.append(torch.cat((torch.full((len(det), 1), i), det[:, 5:6], xyxy2xywh(det[:, :4]), det[:, 4:5]), 1))
     return torch.cat(rows, 0) if rows else torch.zeros((0, 7))
-
-
-def _print_report(metrics: DetectionMetrics, seen: int, speed, opts: ValidationOptions, dataloader) -> None:
-    """YOLOv5's table (all classes, then per class when asked); verbose: speed and the 12 COCO numbers."""
-    m = metrics
-    LOGGER.info(TABLE_HEADER)
-    row = "%22s" + "%11i" * 2 + "%11.3g" * 4
-    LOGGER.info(row % ("all", seen, m.instances.sum(), m.mp, m.mr, m.map50, m.map))
-    if m.instances.sum() == 0:
-        LOGGER.warning("WARNING: no labels found in the validation set, metrics are undefined")
-    per_class = opts.verbose if opts.per_class is None else opts.per_class
-    if len(m.names) > 1 and per_class:
-        for c in np.flatnonzero(m.present):
-            LOGGER.info(
-                row % (m.names[c], m.class_images[c], m.instances[c], m.precision[c], m.recall[c], m.ap50[c], m.ap[c])
-            )
-    if opts.verbose:
-        size = dataloader.dataset.img_size
-        LOGGER.info(speed_line(speed, f"shape ({dataloader.batch_size}, 3, {size}, {size})"))
-        LOGGER.info(f"COCO protocol (faster-coco-eval):\n{format_coco_stats(m.stats)}")
-
-
-def _save_json_and_check(
-    evaluator: CocoEvaluator, save_dir: Path, json_gt: JsonGroundTruth | None, metrics: DetectionMetrics
-) -> np.ndarray | None:
-    """Write predictions.json, score it with pycocotools against the JSON (or a ground-truth JSON written from
-    the labels) and compare with our numbers; returns pycocotools' 12 numbers, or None when it could not run."""
-    pred_file = save_dir / "predictions.json"
-    predictions = evaluator.predictions()
-    pred_file.write_text(json.dumps(predictions))
-    LOGGER.info(f"Saving {pred_file} ({len(predictions)} detections)...")
-    if json_gt is None:
-        ann_json = str(save_dir / "ground_truth.json")
-        Path(ann_json).write_text(json.dumps(evaluator.ground_truth()))
-        LOGGER.info(f"Saving {ann_json} (COCO ground truth from the labels)...")
-    else:
-        ann_json = json_gt.path
-    try:
-        stats = pycocotools_stats(ann_json, pred_file, image_ids=evaluator.image_ids)
-    except ImportError:
-        LOGGER.warning("WARNING: pycocotools is not installed, predictions.json not cross-checked")
-        return None
-    except MetricsError as e:
-        LOGGER.warning(f"WARNING: pycocotools check skipped: {e}")
-        return None
-    LOGGER.info(f"pycocotools on {pred_file.name} against {Path(ann_json).name}:\n{format_coco_stats(stats)}")
-    diff = float(np.abs(stats - metrics.stats).max())
-    if diff > 1e-6:
-        LOGGER.warning(f"WARNING: pycocotools differs from the in-memory evaluation by up to {diff:.2e}")
-    else:
-        LOGGER.info(f"pycocotools agrees with the in-memory evaluation (largest difference {diff:.1e})")
-    return stats
 
 
 def _label_files(files: list[str], folder: Path) -> dict[str, Path]:

@@ -62,7 +62,9 @@ def validate(o: TestCommand) -> ValidationResult:
     stride = max(int(model.stride.max()), 32)
     imgsz = check_img_size(training_size(model, o.imgsz, "test", stride), stride)
     imgsz, batch_size, square = _input_plan(model, imgsz, o.batch_size, o.task)
-    loader = _validation_loader(data, split, square, imgsz, batch_size, stride, o.single_cls, o.workers, nc)
+    task = getattr(model, "task", None)  # a segment model's loader reads polygon rows (its masks' ground truth)
+    rows = "box" if task is None else task.label_rows
+    loader = _validation_loader(data, split, square, imgsz, batch_size, stride, o.single_cls, o.workers, nc, rows)
     save_dir = _output_folder(o.project, o.name, o.exist_ok, o.save_txt, loader.dataset)
     ann_json = _ground_truth_json(o.ann_json, data, loader.dataset.im_files, use=not o.single_cls and o.task != "speed")
     options = ValidationOptions(
@@ -121,7 +123,14 @@ def _output_folder(project: str | Path, name: str, exist_ok: bool, save_txt: boo
 
 def _save_results(save_dir: Path, result: ValidationResult, save_txt: bool) -> None:
     """results.json, and where everything went."""
-    write_results_json(save_dir / "results.json", result.metrics, result.speed_ms, result.pycocotools)
+    write_results_json(
+        save_dir / "results.json",
+        result.metrics,
+        result.speed_ms,
+        result.pycocotools,
+        result.mask_metrics,
+        result.mask_pycocotools,
+    )
     n_txt = result.metrics.images if save_txt else 0  # one file per image, this run's only
     LOGGER.info(
         f"Results saved to {save_dir}" + (f", {n_txt} label files in {save_dir / 'labels'}" if save_txt else "")
@@ -196,8 +205,10 @@ def _validation_loader(
     single_cls: bool,
     workers: int,
     nc: int,
+    label_rows: str = "box",
 ):
-    """YOLOv5's validation loader: rectangular batches padded by half a stride, or square ones unpadded.
+    """YOLOv5's validation loader: rectangular batches padded by half a stride, or square ones unpadded; label_rows
+    is the model task's (a segment model's: polygons, utils.data.dataset.LoadImagesAndLabels).
 
     create_dataloader clips the batch to the images that remain once corrupt ones are dropped."""
     pad, rect = (0.0, False) if square else (0.5, True)
@@ -212,6 +223,7 @@ def _validation_loader(
         workers=workers,
         prefix=f"{split}: ",
         nc=nc,
+        label_rows=label_rows,
     )[0]
 
 

@@ -25,14 +25,16 @@ from utils.train.tensorboard_logger import TensorBoardRun, open_tensorboard
 
 YOLOV5_LOSS_NAMES = ComputeLoss.LOSS_NAMES  # the default; each loss class names its items in LOSS_NAMES
 METRIC_NAMES = ("metrics/precision", "metrics/recall", "metrics/mAP50", "metrics/mAP50-95")
+MASK_METRIC_NAMES = ("metrics/mask_precision", "metrics/mask_recall", "metrics/mask_mAP50", "metrics/mask_mAP50-95")
 
 
-def result_columns(loss_names: tuple[str, ...] = YOLOV5_LOSS_NAMES) -> list[str]:
+def result_columns(loss_names: tuple[str, ...] = YOLOV5_LOSS_NAMES, masks: bool = False) -> list[str]:
     """The results.csv header of a run whose loss items are loss_names (YOLOv5: box, obj, cls; anchor-free: box,
-    cls, dfl)."""
+    cls, dfl); a segment run (masks) has its mask metrics after the box ones."""
     train = [f"train/{n}_loss" for n in loss_names]
     val = [f"val/{n}_loss" for n in loss_names]
-    return ["epoch", *train, *METRIC_NAMES, *val, "lr/pg0", "lr/pg1", "lr/pg2"]
+    metrics = [*METRIC_NAMES, *(MASK_METRIC_NAMES if masks else ())]
+    return ["epoch", *train, *metrics, *val, "lr/pg0", "lr/pg1", "lr/pg2"]
 
 
 RESULT_COLUMNS = result_columns()  # YOLOv5's
@@ -63,16 +65,17 @@ class EpochResult:
     map: float  # mAP50-95
     val_losses: list[float]
     lrs: list[float]  # per parameter group
-    fitness: float
+    fitness: float  # a segment run's: its boxes' plus its masks' (ValidationResult.fitness)
     loss_names: tuple[str, ...] = YOLOV5_LOSS_NAMES
+    mask: tuple[float, float, float, float] | None = None  # a segment run's mask P, R, mAP50, mAP50-95
 
     def columns(self) -> list[str]:
         """The names of row()'s values: the results.csv header."""
-        return result_columns(self.loss_names)
+        return result_columns(self.loss_names, masks=self.mask is not None)
 
     def row(self) -> list[float]:
         """The values of a results.csv row, in columns() order."""
-        metrics = [self.precision, self.recall, self.map50, self.map]
+        metrics = [self.precision, self.recall, self.map50, self.map, *(self.mask or ())]
         return [self.epoch, *self.train_losses, *metrics, *self.val_losses, *self.lrs]
 
 
@@ -82,13 +85,23 @@ def epoch_result(
     lrs: list[float],
     validation: ValidationResult | None,
     loss_names: tuple[str, ...] = YOLOV5_LOSS_NAMES,
+    masks: bool | None = None,
 ) -> EpochResult:
-    """An epoch's EpochResult from its training losses, lrs and validation (zeros where there is none yet)."""
+    """An epoch's EpochResult from its training losses, lrs and validation (zeros where there is none yet); masks:
+    the run scores masks too (a segment model: its mask columns, zeros until its first validation; None: whether
+    the validation has mask metrics)."""
+    if masks is None:
+        masks = validation is not None and validation.mask_metrics is not None
+    mask = (0.0, 0.0, 0.0, 0.0) if masks else None
     if validation is None:
-        return EpochResult(epoch, train_losses, 0.0, 0.0, 0.0, 0.0, [0.0, 0.0, 0.0], lrs, 0.0, loss_names)
-    m = validation.metrics
+        zeros = [0.0] * len(loss_names)
+        return EpochResult(epoch, train_losses, 0.0, 0.0, 0.0, 0.0, zeros, lrs, 0.0, loss_names, mask)
+    m, k = validation.metrics, validation.mask_metrics
+    if masks and k is not None:
+        mask = (k.mp, k.mr, k.map50, k.map)
     losses = [float(x) for x in validation.losses]
-    return EpochResult(epoch, train_losses, m.mp, m.mr, m.map50, m.map, losses, lrs, validation.fitness, loss_names)
+    fitness = validation.fitness
+    return EpochResult(epoch, train_losses, m.mp, m.mr, m.map50, m.map, losses, lrs, fitness, loss_names, mask)
 
 
 class Callback:

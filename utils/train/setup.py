@@ -24,6 +24,8 @@ from utils.train.config import TrainConfig
 from utils.train.distributed import LOCAL_RANK, WORLD_SIZE
 from utils.train.loss import ComputeLoss
 from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
+from utils.train.loss_segment import AnchorSegmentLoss
+from utils.train.loss_segment_anchor_free import AnchorFreeSegmentLoss, EndToEndSegmentLoss
 from utils.train.step import NBS
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -189,9 +191,17 @@ def _index_ranges(indices: list[int]) -> str:
 # Loss
 
 
-# The loss of each family's key (models/nn/family.Family.loss); all are called as (predictions, targets) ->
-# (loss x batch size, three loss items). A new family's loss is one entry here.
-LOSSES = {"yolov5": ComputeLoss, "anchor_free": AnchorFreeLoss, "end2end": EndToEndLoss}
+# The loss of each family's and task's key (models/nn/task.Task.loss_key); all are called as (training outputs,
+# targets) -> (loss x batch size, loss items named by the class's LOSS_NAMES), a segment loss also with the masks. A
+# new family's or task's loss is one entry here.
+LOSSES = {
+    "yolov5": ComputeLoss,
+    "anchor_free": AnchorFreeLoss,
+    "end2end": EndToEndLoss,
+    "yolov5-segment": AnchorSegmentLoss,
+    "anchor_free-segment": AnchorFreeSegmentLoss,
+    "end2end-segment": EndToEndSegmentLoss,
+}
 
 
 def check_hyp_fits(family: Family, hyp: dict, hyp_file: str) -> None:
@@ -205,11 +215,11 @@ def check_hyp_fits(family: Family, hyp: dict, hyp_file: str) -> None:
 
 
 def build_loss(model: nn.Module, hyp: dict, epochs: int = 1):
-    """The training loss of the model's family: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
-    EndToEndLoss (YOLO26's two branches; epochs paces its branch weights)."""
+    """The training loss of the model's family and task: YOLOv5's ComputeLoss, AnchorFreeLoss (YOLOv8, YOLO11) or
+    EndToEndLoss (YOLO26's two branches; epochs paces its branch weights), or their segment losses."""
     bare = de_parallel(model)
     loss = LOSSES[bare.task.loss_key(bare.family)]
-    return loss(model, hyp, epochs) if loss is EndToEndLoss else loss(model, hyp)
+    return loss(model, hyp, epochs) if issubclass(loss, EndToEndLoss) else loss(model, hyp)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -308,9 +318,18 @@ def all_finite(model: nn.Module) -> bool:
 
 
 def build_train_loader(
-    config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int, seed: int
+    config: TrainConfig,
+    path,
+    imgsz: int,
+    batch_size: int,
+    grid: int,
+    hyp: dict,
+    nc: int,
+    seed: int,
+    label_rows: str = "box",
 ) -> tuple[DataLoader, LoadImagesAndLabels]:
-    """The augmented training loader (this process's share of the batch) and its dataset."""
+    """The augmented training loader (this process's share of the batch) and its dataset; label_rows: the model
+    task's ('polygon': batches carry one mask per target row)."""
     return create_dataloader(
         path,
         imgsz,
@@ -330,11 +349,32 @@ def build_train_loader(
         require_labels=True,
         image_weights=config.image_weights,
         quad=config.quad,
+        label_rows=label_rows,
     )
 
 
+def check_polygon_labels(dataset: LoadImagesAndLabels, data: str) -> None:
+    """A segment model's training set: TrainError when no label row has a polygon (box-only labels teach no mask),
+    a warning counting the rows that have none (their masks are empty: inside their boxes the mask loss teaches
+    background). Nothing to check for box rows."""
+    if dataset.segments is None:
+        return
+    rows = sum(len(image) for image in dataset.segments)
+    polygons = sum(len(polygon) > 0 for image in dataset.segments for polygon in image)
+    if rows and not polygons:
+        raise TrainError(
+            f"{data}: its training labels are boxes only (cls cx cy w h): a segment model needs polygon rows "
+            f"(cls x1 y1 x2 y2 ...); train a detection model on them, or label the objects' outlines"
+        )
+    if polygons < rows:
+        LOGGER.warning(
+            f"WARNING: {rows - polygons} of {rows} training label rows are boxes without a polygon: their masks are "
+            "empty, so inside their boxes the mask loss teaches background"
+        )
+
+
 def build_val_loader(
-    config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int
+    config: TrainConfig, path, imgsz: int, batch_size: int, grid: int, hyp: dict, nc: int, label_rows: str = "box"
 ) -> DataLoader:
     """The main process's validation loader: rectangular batches with half a stride of padding, as test.py's. Its
     workers start now, before training: forked later from a process whose memory training has grown, they would share
@@ -354,6 +394,7 @@ def build_val_loader(
         pad=0.5,
         prefix="val: ",
         nc=nc,
+        label_rows=label_rows,
     )[0]
     if loader.persistent_workers:
         iter(loader)  # persistent workers: validation's first iteration resumes these

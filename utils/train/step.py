@@ -125,7 +125,7 @@ class TrainingParts:
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    train_loss: Callable  # (predictions, targets) -> (loss to minimise, loss items)
+    train_loss: Callable  # (predictions, targets[, masks]) -> (loss to minimise, loss items)
     scaler: torch.amp.GradScaler
     ema: ModelEMA | None = None
     amp_dtype: torch.dtype | None = None
@@ -134,8 +134,8 @@ class TrainingParts:
 
 @dataclass
 class StepResult:
-    """loss_items: (box, obj, cls) of the batch ((box, cls, dfl) for the anchor-free models); skipped: 'loss' or
-    'gradient' when non-finite, else None."""
+    """loss_items: the batch's, named by the loss's LOSS_NAMES (YOLOv5: box, obj, cls; anchor-free: box, cls, dfl;
+    segment losses add seg); skipped: 'loss' or 'gradient' when non-finite, else None."""
 
     loss_items: torch.Tensor
     stepped: bool = False  # the optimizer took (or, under a GradScaler, was asked to take) a step
@@ -150,11 +150,14 @@ def _all_finite_across_ranks(loss: torch.Tensor, world_size: int) -> bool:
     return bool(finite.item())
 
 
-def train_step(parts: TrainingParts, images: torch.Tensor, targets: torch.Tensor, update: bool) -> StepResult:
-    """Forward and backward one batch; with update, also clip, step the optimizer and update the EMA."""
-    amp = parts.amp_dtype
+def train_step(
+    parts: TrainingParts, images: torch.Tensor, targets: torch.Tensor, update: bool, masks: torch.Tensor | None = None
+) -> StepResult:
+    """Forward and backward one batch (with a segment model's ground-truth masks, one per target row); with update,
+    also clip, step the optimizer and update the EMA."""
+    amp, extra = parts.amp_dtype, () if masks is None else (masks,)
     with torch.autocast(images.device.type, dtype=amp) if amp is not None else nullcontext():
-        loss, loss_items = parts.train_loss(parts.model(images), targets)
+        loss, loss_items = parts.train_loss(parts.model(images), targets, *extra)
         if parts.world_size > 1:
             loss = loss * parts.world_size  # DDP averages gradients across processes
     if not _all_finite_across_ranks(loss, parts.world_size):
@@ -197,8 +200,8 @@ def prepare_images(
 def quad_scaled(compute_loss: Callable) -> Callable:
     """--quad trains on 4x fewer (2x larger) images per batch: the loss is scaled back up by 4, as YOLOv5 does."""
 
-    def scaled(predictions, targets):
-        loss, loss_items = compute_loss(predictions, targets)
+    def scaled(predictions, targets, *masks):
+        loss, loss_items = compute_loss(predictions, targets, *masks)
         return loss * 4.0, loss_items
 
     return scaled

@@ -41,8 +41,7 @@ from utils.train.distributed import (
     wrap_distributed,
 )
 from utils.train.image_weights import draw_epoch_images
-from utils.train.loss import ComputeLoss
-from utils.train.loss_anchor_free import AnchorFreeLoss, EndToEndLoss
+from utils.train.loss_anchor_free import EndToEndLoss
 from utils.train.run_folder import new_run_folder
 from utils.train.setup import (
     EarlyStopping,
@@ -52,6 +51,7 @@ from utils.train.setup import (
     build_train_loader,
     build_val_loader,
     check_hyp_fits,
+    check_polygon_labels,
     choose_optimizer,
     close_mosaic,
     freeze_layers,
@@ -116,7 +116,7 @@ class Trainer:
         self.n_warmup, self.last_opt_step = 0, -1
         self.stopper: EarlyStopping | None = None
         self.loss_hyp: dict = {}  # hyp with the box/obj/cls gains scaled to classes, layers and image size
-        self.loss: ComputeLoss | AnchorFreeLoss | EndToEndLoss | None = None  # the family's; also the val losses
+        self.loss = None  # the family's and task's (setup.LOSSES); also the val losses
         self.family: Family | None = None  # the model's (models/nn/family.py): its hyp keys, loss, optimizer rule
         self.parts: TrainingParts | None = None
         # Progress, updated as training goes.
@@ -202,8 +202,7 @@ class Trainer:
         self.callbacks.on_train_start(self)
 
     def train_one_epoch(self, epoch: int) -> list[float]:
-        """One pass over the training data; the epoch's mean losses (the three the family's loss reports: YOLOv5 box,
-        obj, cls; YOLOv8/YOLO11/YOLO26 box, cls, dfl)."""
+        """One pass over the training data; the epoch's mean losses (those the loss names in LOSS_NAMES)."""
         model, loader, nb = self.parts.model, self.train_loader, len(self.train_loader)
         model.train()
         if epoch >= self.epochs - int(self.hyp.get("close_mosaic", 0)) and self.dataset.mosaic:
@@ -216,9 +215,9 @@ class Trainer:
             maps = self.validation.metrics.maps if self.validation is not None else np.zeros(self.nc)
             self.dataset.indices = draw_epoch_images(self.dataset.labels, self.nc, maps, self.seed, epoch)
         self.callbacks.on_epoch_start(self, epoch)
-        mean_losses, n_skipped = torch.zeros(3, device=self.device), 0
+        mean_losses, n_skipped = torch.zeros(len(self.loss.LOSS_NAMES), device=self.device), 0
         self.parts.optimizer.zero_grad()
-        for i, (images, targets, paths, _) in enumerate(loader):
+        for i, (images, targets, paths, _, *rest) in enumerate(loader):  # rest: a segment model's masks
             iteration = i + nb * epoch  # since the start of training
             if iteration <= self.n_warmup:
                 self._warm_up(iteration, epoch)
@@ -226,7 +225,8 @@ class Trainer:
                 images, self.device, self.imgsz, self.grid, self.config.multi_scale, self.channels_last
             )
             update = iteration - self.last_opt_step >= self.accumulate
-            step = train_step(self.parts, images, targets.to(self.device), update)
+            masks = rest[0].to(self.device) if rest else None
+            step = train_step(self.parts, images, targets.to(self.device), update, masks)
             n_skipped += step.skipped is not None
             if step.skipped == "loss":
                 if self.main_process:
@@ -248,13 +248,13 @@ class Trainer:
     def validate(self, epoch: int, train_losses: list[float], final: bool) -> EpochResult:
         """Validate the EMA weights (with --noval only the final epoch); the epoch's result."""
         if not self.config.noval or final:
-            # Score exactly the weights the checkpoint will hold. The last epoch is scored in full (plots, per-class
-            # table), so that finish() need not score best.pt again when it holds these same weights.
+            # The weights the checkpoint will hold; the last epoch in full (finish() need not score them again).
             last = epoch + 1 == self.epochs
             self.validation = self.evaluate(fp16_rounded(self.parts.ema.ema), plots=last and self.plots, verbose=last)
             self.full_validation_epoch = epoch if last else None
-        # With --noval, the previous validation (zeros before the first) is listed again.
-        return epoch_result(epoch, train_losses, self.lrs, self.validation, self.loss.LOSS_NAMES)
+        # With --noval, the previous validation (zeros before the first) is listed again; a segment model's has masks.
+        masks = self.parts.ema.ema.task.masks
+        return epoch_result(epoch, train_losses, self.lrs, self.validation, self.loss.LOSS_NAMES, masks)
 
     def save(self, result: EpochResult, final: bool) -> None:
         """last.pt (and best.pt, epochN.pt when due) unless --nosave, always at the end; on_checkpoint_saved each."""
@@ -377,11 +377,11 @@ class Trainer:
         return model
 
     def _setup_train_loader(self, model: nn.Module) -> None:
-        """The augmented training loader; a dataset without any label box is refused (a forgotten labels folder)."""
+        """The augmented training loader; no label box (a forgotten labels folder) or, for masks, polygon: refused."""
+        loader_args = self.config, self.data["train"], self.imgsz, self.batch_size, self.grid, self.hyp, self.nc
         with distributed_zero_first(LOCAL_RANK):
-            self.train_loader, self.dataset = build_train_loader(
-                self.config, self.data["train"], self.imgsz, self.batch_size, self.grid, self.hyp, self.nc, self.seed
-            )
+            self.train_loader, self.dataset = build_train_loader(*loader_args, self.seed, model.task.label_rows)
+        check_polygon_labels(self.dataset, self.config.data)
         self.batch_size = self.train_loader.batch_size * WORLD_SIZE  # the loader clips the batch to a small dataset
         labels = self.dataset.labels
         self.labels = np.concatenate(labels, 0) if len(labels) else np.zeros((0, 5))

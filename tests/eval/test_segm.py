@@ -1,0 +1,139 @@
+"""Mask metrics (COCO 'segm'): detection RLEs equal pycocotools' encoding, ground truth rasterised as pycocotools
+rasterises it, and the in-memory numbers equal pycocotools' COCOeval on the files the evaluator writes (crowd
+regions included)."""
+
+import cv2
+import numpy as np
+import pytest
+from pycocotools import mask as mask_utils
+
+from utils.errors import MetricsError
+from utils.eval.coco_io import pycocotools_stats
+from utils.eval.evaluator import CocoEvaluator
+from utils.eval.segm import label_segmentations, rle_area, segmentation_rle
+from utils.infer.masks import crop_rle
+
+
+def test_crop_rle_equals_pycocotools_encode_of_the_full_frame():
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        height, width = (int(v) for v in rng.integers(1, 40, 2))
+        x0, y0 = int(rng.integers(0, width)), int(rng.integers(0, height))
+        w, h = int(rng.integers(0, width - x0 + 1)), int(rng.integers(0, height - y0 + 1))
+        crop = rng.random((h, w)) < rng.random()
+        if trial % 4 == 0:
+            crop[:] = True  # full columns: runs that meet across column boundaries
+        full = np.zeros((height, width), np.uint8, order="F")
+        full[y0 : y0 + h, x0 : x0 + w] = crop
+        assert crop_rle((x0, y0), crop, (height, width))["counts"] == mask_utils.encode(full)["counts"], trial
+
+
+def _polygon(rng, cx, cy, radius, k=8) -> np.ndarray:
+    """A star-shaped polygon (k, 2) around (cx, cy)."""
+    angles = np.sort(rng.uniform(0, 2 * np.pi, k))
+    r = radius * rng.uniform(0.5, 1.0, k)
+    return np.stack((cx + r * np.cos(angles), cy + r * np.sin(angles)), 1)
+
+
+def _detection(rng, polygon: np.ndarray, shape) -> tuple[np.ndarray, tuple[int, int], np.ndarray]:
+    """A detection near a ground-truth polygon: its box (x1, y1, x2, y2), and its mask as a crop of that box."""
+    height, width = shape
+    moved = polygon + rng.normal(0, 2.0, polygon.shape)
+    x1, y1 = np.clip(moved.min(0) - rng.uniform(0, 3, 2), 0, None)
+    x2, y2 = np.minimum(moved.max(0) + rng.uniform(0, 3, 2), (width, height))
+    origin = (int(np.ceil(x1 - 0.5)), int(np.ceil(y1 - 0.5)))
+    size = (max(int(np.ceil(y2 - 0.5)) - origin[1], 0), max(int(np.ceil(x2 - 0.5)) - origin[0], 0))
+    crop = np.zeros(size, np.uint8)
+    cv2.fillPoly(crop, [np.round(moved - origin).astype(np.int32)], 1)
+    return np.array([x1, y1, x2, y2]), origin, crop.astype(bool)
+
+
+def _fill_evaluator(evaluator: CocoEvaluator, rng, crowd_every: int = 0) -> None:
+    """Eight images of three classes: polygons (and crowd RLEs), matching detections and false ones."""
+    for image_id in range(1, 9):
+        shape = (int(rng.integers(60, 120)), int(rng.integers(60, 140)))
+        height, width = shape
+        n = int(rng.integers(0, 5))
+        polygons = [_polygon(rng, rng.uniform(15, width - 15), rng.uniform(15, height - 15), 14) for _ in range(n)]
+        gt_cls = rng.integers(0, 3, n)
+        boxes = np.array([[*p.min(0), *p.max(0)] for p in polygons]).reshape(-1, 4)
+        normalised = [p / (width, height) for p in polygons]
+        segmentations = label_segmentations(normalised, boxes, shape)
+        crowd = np.zeros(n, bool)
+        if crowd_every and n:
+            crowd[0] = image_id % crowd_every == 0
+            if crowd[0]:  # a crowd region as COCO stores one: an uncompressed RLE
+                full = np.zeros(shape, np.uint8)
+                cv2.fillPoly(full, [np.round(polygons[0]).astype(np.int32)], 1)
+                flat = full.ravel(order="F")
+                change = np.flatnonzero(np.diff(flat)) + 1
+                counts = np.diff(np.r_[0, change, flat.size]).tolist()
+                segmentations[0] = {"size": [height, width], "counts": ([0] if flat[0] else []) + counts}
+        gt_rles = [segmentation_rle(s, height, width) for s in segmentations]
+        dets = [_detection(rng, p, shape) for p in polygons if rng.random() < 0.8]
+        dets += [_detection(rng, _polygon(rng, width / 2, height / 2, 10), shape) for _ in range(2)]
+        det_cls = np.r_[gt_cls[: len(dets) - 2], rng.integers(0, 3, 2)]
+        evaluator.add(
+            image_id,
+            boxes,
+            gt_cls,
+            np.array([d[0] for d in dets]).reshape(-1, 4),
+            rng.uniform(0.01, 1.0, len(dets)),
+            det_cls,
+            gt_areas=rle_area(gt_rles),
+            gt_crowd=crowd,
+            shape=shape,
+        )
+        evaluator.add_masks(gt_rles, [crop_rle(o, c, shape) for _, o, c in dets], segmentations)
+
+
+@pytest.mark.parametrize("crowd_every", [0, 3])
+def test_mask_metrics_equal_pycocotools_segm_on_the_written_files(crowd_every):
+    evaluator = CocoEvaluator(["a", "b", "c"], keep_masks=True)
+    _fill_evaluator(evaluator, np.random.default_rng(crowd_every), crowd_every)
+    masks, boxes = evaluator.evaluate_masks(), evaluator.evaluate()
+    gt, predictions = evaluator.ground_truth(), evaluator.predictions()
+    assert all("segmentation" in p for p in predictions) and all("segmentation" in a for a in gt["annotations"])
+    reference = pycocotools_stats(gt, predictions, iou_type="segm")
+    assert np.abs(masks.stats - reference).max() <= 1e-12
+    assert np.abs(boxes.stats - pycocotools_stats(gt, predictions)).max() <= 1e-12
+    assert 0.05 < masks.stats[0] < 0.95 and masks.stats[0] != boxes.stats[0]  # real, distinct numbers
+    assert masks.instances.sum() == boxes.instances.sum() and 0 < masks.mp <= 1
+
+
+def test_masks_are_kept_only_when_asked():
+    evaluator = CocoEvaluator(["a", "b", "c"])
+    _fill_evaluator(evaluator, np.random.default_rng(5))
+    assert evaluator.evaluate_masks().stats[0] > 0
+    assert not any("segmentation" in p for p in evaluator.predictions())
+
+
+def test_evaluate_masks_needs_every_image_masked():
+    evaluator = CocoEvaluator(["a"])
+    evaluator.add(1, np.zeros((0, 4)), [], np.zeros((0, 4)), [], [], shape=(10, 10))
+    with pytest.raises(ValueError, match="masks were added for 0 of 1"):
+        evaluator.evaluate_masks()
+
+
+def test_label_rows_without_a_polygon_are_their_box():
+    boxes = np.array([[2.0, 3.0, 12.0, 9.0], [0.0, 0.0, 5.0, 5.0]])
+    segments = [np.zeros((0, 2), np.float32), np.array([[0.1, 0.1], [0.4, 0.1], [0.4, 0.4]], np.float32)]
+    rows = label_segmentations(segments, boxes, (20, 30))
+    assert rows[0] == [[2.0, 3.0, 2.0, 9.0, 12.0, 9.0, 12.0, 3.0]]
+    assert np.allclose(rows[1][0], [3, 2, 12, 2, 12, 8], atol=1e-5)  # x by the width, y by the height
+    assert rle_area([segmentation_rle(rows[0], 20, 30)])[0] == 60  # pycocotools' rasterisation of the box
+
+
+@pytest.mark.parametrize(
+    "segmentation, message",
+    [
+        ([[1.0, 2.0]], "at least 2"),
+        ([[0.0, 0.0, float("nan"), 1.0, 2.0, 2.0]], "finite"),
+        ({"size": [5, 5], "counts": [1, 2]}, "size"),
+        ({"size": [10, 10], "counts": [1, 2]}, "cover"),
+        ("abc", "neither"),
+    ],
+)
+def test_bad_segmentations_are_one_line(segmentation, message):
+    with pytest.raises(MetricsError, match=message):
+        segmentation_rle(segmentation, 10, 10)
