@@ -7,11 +7,10 @@ Usage (YOLOv5's detect.py flags; --img and the thresholds default to the model's
     python detect.py --weights yolov5n.pt --source rtsp://host/stream --view-img
     python detect.py --weights yolov5n.pt --source img.jpg --save-txt --save-conf --save-crop
     python detect.py --weights a.pt b.pt --source img.jpg --augment          # ensemble, test-time augmentation
-    python detect.py --weights yolo11n.pt --source clip.mp4 --track bytetrack.yaml  # identities (default botsort)
+    python detect.py --weights yolo11n.pt --source clip.mp4 --track bytetrack.yaml  # identities (alone: default)
 """
 
 import argparse
-import sys
 
 from models import load_detector
 from utils.cli import Parser, run_cli
@@ -29,6 +28,7 @@ from utils.infer.predict import (
 )
 from utils.infer.sources import check_source
 from utils.torch_utils import fit_threads_to_idle_cores, select_device
+from utils.track.config import DEFAULT_TRACKER
 
 SWITCHES = {  # store_true flags: the output switches and NMS modes
     "--view-img": "show results",
@@ -120,7 +120,7 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     half_help = "FP16 inference on CUDA (default: on for GPUs with fast FP16; never on CPU)"
     add("--half", action=argparse.BooleanOptionalAction, default=None, help=half_help)
     add("--vid-stride", type=limit["vid_stride"], default=1, help="video frame-rate stride")
-    add("--track", nargs="?", const="botsort.yaml", metavar="TRACKER", help="bytetrack/botsort/ocsort/tracktrack.yaml")
+    add("--track", nargs="?", const=DEFAULT_TRACKER, metavar="TRACKER", help="bytetrack/botsort/ocsort/tracktrack.yaml")
     for flag, text in SWITCHES.items():
         add(flag, action="store_true", help=text)
     opt = parser.parse_args(argv)
@@ -146,4 +146,4 @@ def _command(opt: argparse.Namespace, fit_threads: bool) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(fit_threads=True))
+    raise SystemExit(main(fit_threads=True))

@@ -29,6 +29,7 @@ from utils.infer.predict import Precision, PredictOptions, Predictor, check_opti
 from utils.infer.sources import check_source, is_stream, not_regular, prepare, too_thin
 from utils.log import LOGGER
 from utils.torch_utils import prepare_for_inference, select_device
+from utils.track.config import DEFAULT_TRACKER
 from utils.track.session import TrackingSession
 from utils.track.stream import track
 
@@ -247,7 +248,7 @@ class Detector:
         for prediction in self.predictor.stream(check_source(source), verbose=verbose):
             yield _results(prediction.result, prediction.image, self.names)
 
-    def track(self, source, tracker: str | Path = "botsort.yaml", persist: bool = True, stream: bool = False):
+    def track(self, source, tracker: str | Path = DEFAULT_TRACKER, persist: bool = True, stream: bool = False):
         """Detections with identities (Results.id), by ByteTrack, BoT-SORT, OC-SORT or TrackTrack (tracker:
         bytetrack.yaml, botsort.yaml, ocsort.yaml, tracktrack.yaml or a tracker YAML's path).
 

@@ -66,3 +66,35 @@ def test_a_hidden_object_with_the_largest_id_when_ids_have_gaps():
     _, rows = renderer.frame(584)
     hidden = [r for r in rows if r[0] == max(t.track_id for t in renderer.tracks)]
     assert len(hidden) == 1 and hidden[0][6] == 0.0
+
+
+def test_occluders_hide_objects_for_many_frames_and_leave_the_objects_as_they_were():
+    plain = SceneOptions(frames=300, width=240, height=144, seed=5)
+    hard = SceneOptions(frames=300, width=240, height=144, seed=5, occluders=2)
+    renderer = SceneRenderer(hard)
+    assert [t.track_id for t in renderer.tracks] == [t.track_id for t in SceneRenderer(plain).tracks]
+    assert len(renderer.occluders) == 2 and all(0.12 * 240 <= p.x2 - p.x1 <= 0.28 * 240 for p in renderer.occluders)
+    hidden: dict[int, int] = {}  # frames each object spent wholly hidden while in view
+    for t in range(hard.frames):
+        _, rows = renderer.frame(t)
+        for track_id, *_, vis in rows:
+            hidden[track_id] = hidden.get(track_id, 0) + (vis == 0)
+    assert max(hidden.values()) >= 15  # a long occlusion: behind a pillar for half a second or more
+    img, _ = renderer.frame(0)
+    pillar = renderer.occluders[0]
+    x = pillar.x1 + 5 - int(camera_offset(hard, 0)[0])
+    if 0 <= x < 240:  # in view: drawn in its own colour, top to bottom
+        assert (img[:, x] == pillar.color).all()
+
+
+def test_shake_moves_the_camera_every_frame_within_its_amplitude():
+    plain = SceneOptions(frames=100, width=240, height=144, seed=2)
+    shaky = SceneOptions(frames=100, width=240, height=144, seed=2, shake=4.0)
+    steps = []
+    for t in range(100):
+        (px, py), (sx, sy) = camera_offset(plain, t), camera_offset(shaky, t)
+        assert 0 <= sx - px <= 8 and 0 <= sy - py <= 8
+        steps.append(abs((sx - px) - (camera_offset(shaky, t + 1)[0] - camera_offset(plain, t + 1)[0])))
+    assert np.mean(steps) > 1.0  # a jitter of pixels from frame to frame, not a slow drift
+    img, _ = SceneRenderer(shaky).frame(99)  # the world is large enough for the shake at the end of the pan
+    assert img.shape == (144, 240, 3)

@@ -16,6 +16,7 @@ from utils.safe_yaml import read_yaml
 TRACKER_TYPES = ("bytetrack", "botsort", "ocsort", "tracktrack")
 NOT_AVAILABLE = ("deepocsort", "fasttrack")  # Ultralytics 8.4's other tracker types
 GMC_METHODS = ("sparseOptFlow", "orb", "sift", "ecc", "none")
+DEFAULT_TRACKER = DATA_DIR / "default_tracker.yaml"  # --track with no file (chosen as docs/tracking.md says)
 MAX_TRACK_BUFFER = 100_000  # frames a lost track is kept; more would only grow the lost list without bound
 
 

@@ -45,6 +45,58 @@ class TrackScores:
             f"FP {self.false_positives}  FN {self.misses}  GT ids {self.gt_ids}  track ids {self.track_ids}"
         )
 
+    def columns(self) -> dict[str, float]:
+        """The table's columns (TABLE_COLUMNS), the shares as percentages."""
+        shares = (self.hota, self.deta, self.assa, self.mota, self.idf1)
+        counts = (self.id_switches, self.false_positives, self.misses, self.gt_ids, self.track_ids)
+        return dict(zip(TABLE_COLUMNS, [100 * v for v in shares] + [float(v) for v in counts]))
+
+
+TABLE_COLUMNS = ("HOTA", "DetA", "AssA", "MOTA", "IDF1", "IDsw", "FP", "FN", "GT ids", "track ids")
+COUNT_COLUMNS = frozenset(TABLE_COLUMNS[5:])
+
+
+def mean_columns(scores: list[TrackScores]) -> dict[str, float]:
+    """Each column's mean over sequences (every sequence weighs the same, as in a paper's per-sequence mean; not
+    TrackEval's COMBINED row, which pools the detections of all sequences)."""
+    return {c: float(np.mean([s.columns()[c] for s in scores])) for c in TABLE_COLUMNS}
+
+
+def format_table(rows: list[tuple[str, dict[str, float]]], whole_counts: bool = True) -> str:
+    """A text table, a row per (name, columns) and a column per TABLE_COLUMNS (percentages with 2 decimals; counts
+    as whole numbers, or with 2 decimals when they are means)."""
+    width = max([len("tracker")] + [len(name) for name, _ in rows])
+    sizes = [max(len(c), 6) for c in TABLE_COLUMNS]
+    lines = ["  ".join([f"{'tracker':<{width}}"] + [f"{c:>{n}}" for c, n in zip(TABLE_COLUMNS, sizes)])]
+    for name, values in rows:
+        cells = [
+            f"{values[c]:>{n}.0f}" if c in COUNT_COLUMNS and whole_counts else f"{values[c]:>{n}.2f}"
+            for c, n in zip(TABLE_COLUMNS, sizes)
+        ]
+        lines.append("  ".join([f"{name:<{width}}", *cells]))
+    return "\n".join(lines)
+
+
+def sequence_names(gt_folder: str | Path) -> list[str]:
+    """The sequences of a MOTChallenge-style folder: each subfolder holding gt/gt.txt, in name order."""
+    names = sorted(d.name for d in Path(gt_folder).iterdir() if (d / "gt" / "gt.txt").is_file())
+    if not names:
+        raise MetricsError(f"{gt_folder} holds no sequence (a folder <name>/gt/gt.txt, as MOTChallenge lays them out)")
+    return names
+
+
+def tracker_files(track_folder: str | Path, sequences: list[str]) -> list[Path]:
+    """<track_folder>/<sequence>.txt for every sequence (as detect.py names its tracks/ files); MetricsError
+    naming the first missing one."""
+    files = [Path(track_folder) / f"{name}.txt" for name in sequences]
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise MetricsError(
+            f"{missing[0]} is missing: a tracker folder needs a <sequence>.txt for each of the {len(files)} "
+            f"sequences of the ground truth ({len(missing)} missing)"
+        )
+    return files
+
 
 def _open_regular(path: Path):
     """The file opened for reading, only if it is a regular file: a FIFO would block the read forever and a device

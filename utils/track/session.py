@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from utils.track.bot_sort import create_tracker
-from utils.track.config import TrackerConfig, load_tracker_config
+from utils.track.config import DEFAULT_TRACKER, TrackerConfig, load_tracker_config
 
 
 @dataclass
@@ -26,7 +26,7 @@ class TrackingSession:
     """`update(sequence, boxes, image)` -> (tracked boxes (m, 6) x1, y1, x2, y2, conf, cls, ids (m,)), highest
     confidence first, for the tracks matched in this frame."""
 
-    def __init__(self, tracker: str | Path | TrackerConfig = "botsort.yaml", frame_rate: float = 30.0):
+    def __init__(self, tracker: str | Path | TrackerConfig = DEFAULT_TRACKER, frame_rate: float = 30.0):
         self.config = tracker if isinstance(tracker, TrackerConfig) else load_tracker_config(tracker)
         self.frame_rate = frame_rate
         self.sequence: str | None = None

@@ -2,9 +2,11 @@
 
 Objects enter and leave the view, pairs of them head towards each other so that their paths cross and one passes in
 front of the other (occlusion), and the camera pans across a world wider than the frame, so every object's image
-motion includes the camera's. The ground truth is MOTChallenge's gt.txt (`frame,id,x,y,w,h,1,class,visibility`),
-with each box clipped to the frame and the visibility measured on the rendered frame (the share of the object's
-pixels that are drawn and not covered). Same options, same frames and same ground truth.
+motion includes the camera's. Harder scenes add static occluders (pillars in front of everything, which hide an
+object passing behind them for tens of frames) and camera shake (a quick jitter on top of the pan). The ground truth
+is MOTChallenge's gt.txt (`frame,id,x,y,w,h,1,class,visibility`), with each box clipped to the frame and the
+visibility measured on the rendered frame (the share of the object's pixels that are drawn and not covered). Same
+options, same frames and same ground truth.
 """
 
 import math
@@ -29,6 +31,8 @@ class SceneOptions:
     objects_in_view: int = 9  # about how many objects are in view at once
     pan: float = 0.35  # the camera's pan range either side, as a share of the frame's width
     seed: int = 0
+    occluders: int = 0  # static pillars in front of every object (long occlusions)
+    shake: float = 0.0  # camera jitter (px, either way) on top of the pan
 
 
 @dataclass(frozen=True)
@@ -57,12 +61,40 @@ class Track:
 
 
 def camera_offset(options: SceneOptions, t: int) -> tuple[float, float]:
-    """The view's top-left corner in world pixels at frame t: a slow pan left and right, a smaller one up and down."""
+    """The view's top-left corner in world pixels at frame t: a slow pan left and right, a smaller one up and down,
+    and with shake a jitter of two quick sways per axis (never below 0: the world is larger by 2 x shake)."""
     span = options.pan * options.width
     period = max(options.frames, 240)
     x = span * (1 - math.cos(2 * math.pi * t / period * 1.5)) if span else 0.0
     y = 0.25 * span * (1 - math.cos(2 * math.pi * t / period * 2.0)) if span else 0.0
+    if options.shake:
+        phase = np.random.default_rng([options.seed, 5]).uniform(0, 2 * math.pi, 4)
+        x += options.shake * (1 + 0.6 * math.sin(0.9 * t + phase[0]) + 0.4 * math.sin(2.3 * t + phase[1]))
+        y += options.shake * (1 + 0.6 * math.sin(1.1 * t + phase[2]) + 0.4 * math.sin(2.9 * t + phase[3]))
     return x, y
+
+
+@dataclass(frozen=True)
+class Occluder:
+    """A static pillar in world pixels, drawn over every object: x1..x2 wide and the world's full height."""
+
+    x1: int
+    x2: int
+    color: tuple[int, int, int]
+
+
+def make_occluders(options: SceneOptions, world_side: int) -> list[Occluder]:
+    """options.occluders pillars, 12-28% of the frame's width each (an object behind one is hidden for tens of
+    frames), spread over the world the camera pans across; from their own random stream, so that a scene with and
+    one without occluders have the same objects."""
+    rng = np.random.default_rng([options.seed, 4])
+    pillars = []
+    for _ in range(options.occluders):
+        width = int(rng.uniform(0.12, 0.28) * options.width)
+        x1 = int(rng.integers(0, max(world_side - width, 1)))
+        color = tuple(int(c) for c in rng.integers(30, 110, 3))
+        pillars.append(Occluder(x1, x1 + width, color))
+    return pillars
 
 
 def _endpoints(rng: np.random.Generator, w: int, h: int, margin: float) -> tuple[np.ndarray, np.ndarray]:
@@ -151,9 +183,10 @@ class SceneRenderer:
         self.options = options
         self.tracks = make_tracks(options)
         rng = np.random.default_rng([options.seed, 1])
-        span = int(math.ceil(options.pan * options.width * 2)) + 2
+        span = int(math.ceil(options.pan * options.width * 2 + options.shake * 2)) + 2
         side = max(options.width, options.height) + span
         self.world = _background(rng, side)  # a textured square the view pans over
+        self.occluders = make_occluders(options, side)
 
     def frame(self, t: int) -> tuple[np.ndarray, list[tuple[int, int, float, float, float, float, float]]]:
         """Frame t (BGR uint8) and its ground truth: (track_id, cls, x, y, w, h, visibility) per object in view."""
@@ -181,9 +214,20 @@ class SceneRenderer:
             )
             drawn[track.track_id] = max(area, 1.0)
             boxes[track.track_id] = (track.cls, x1, y1, x2, y2)
+        self._draw_occluders(img, owner, ix)
         # track ids need not be consecutive (make_tracks drops some), so count up to the largest
         visible = np.bincount(owner.ravel(), minlength=max((tr.track_id for tr in self.tracks), default=0) + 1)
         return img, self._rows(boxes, drawn, visible)
+
+    def _draw_occluders(self, img: np.ndarray, owner: np.ndarray, ix: int) -> None:
+        """The pillars over the objects (a darker stripe down each edge, so that they have corners to follow)."""
+        for pillar in self.occluders:
+            x1, x2 = max(pillar.x1 - ix, 0), min(pillar.x2 - ix, img.shape[1])
+            if x1 >= x2:
+                continue
+            img[:, x1:x2] = pillar.color
+            img[:, x1 : min(x1 + 3, x2)] = img[:, max(x2 - 3, x1) : x2] = [c // 2 for c in pillar.color]
+            owner[:, x1:x2] = 0
 
     def _rows(self, boxes, drawn, visible) -> list[tuple[int, int, float, float, float, float, float]]:
         rows = []

@@ -3,7 +3,7 @@ and still frames with YOLO labels for training a detector on the same look.
 
 Layout of a sequence (as MOTChallenge's): <root>/<name>.mp4, <root>/<name>/gt/gt.txt, <root>/<name>/seqinfo.ini and,
 with frames=True, <root>/<name>/img1/000001.jpg... Nothing is written over: each output must be absent.
-python -m utils.track.synth_io --root DIR [--frames N] [--seed S] [--jpg] [--detection-set]
+python -m utils.track.synth_io --root DIR [--frames N] [--seed S] [--occluders K] [--shake PX] [--jpg] [--detection-set]
 """
 
 import argparse
@@ -96,10 +96,14 @@ def main() -> int:
     ap.add_argument("--objects", type=int, default=9, help="about how many objects are in view at once")
     ap.add_argument("--pan", type=float, default=0.35, help="camera pan either side, as a share of the width")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--occluders", type=int, default=0, help="static pillars in front of the objects")
+    ap.add_argument("--shake", type=float, default=0.0, help="camera jitter in pixels, on top of the pan")
     ap.add_argument("--jpg", action="store_true", help="also write the frames as img1/*.jpg")
     ap.add_argument("--detection-set", nargs=2, type=int, metavar=("N_TRAIN", "N_VAL"), help="write still frames")
     args = ap.parse_args()
-    options = SceneOptions(args.frames, args.width, args.height, args.objects, args.pan, args.seed)
+    options = SceneOptions(
+        args.frames, args.width, args.height, args.objects, args.pan, args.seed, args.occluders, args.shake
+    )
     if args.detection_set:
         root = write_detection_set(args.root, options, *args.detection_set)
         print(f"detection set written to {root}")
