@@ -110,6 +110,9 @@ def test_collate_and_loader_carry_masks(tmp_path):
     assert masks.shape == (3, 16, 16) and masks.dtype == torch.uint8
     for row, mask in zip(ds[2][4], masks[1:]):  # row j of masks belongs to row j of targets
         assert torch.equal(row, mask)
+    with pytest.raises(DatasetError, match="has box labels only"):  # said before a segment model trains
+        boxes = write_split(tmp_path / "boxes", {"a": drawn(64, 64, [])}, {"a": "0 0.5 0.5 0.2 0.2\n"})
+        create_dataloader(boxes, 64, 1, 32, workers=0, label_rows="polygon", require_labels=True)
     with pytest.raises(DatasetError, match="--quad"):
         create_dataloader(images, 64, 4, 32, workers=0, quad=True, label_rows="polygon")
     with pytest.raises(DatasetError, match="label_rows"):

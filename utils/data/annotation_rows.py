@@ -20,6 +20,8 @@ class SplitAnnotations:
     counts: Counter = field(default_factory=Counter)  # what was left out or changed, by reason
     examples: dict[str, str] = field(default_factory=dict)  # reason -> its first case, for the warning
     sizes: list[tuple[float, float]] = field(default_factory=list)  # per image: the (w, h) its annotation gives
+    # per image, when read for segment training: each row's outline, normalised (k, 2) float32, (0, 2) if none
+    polygons: list[list[np.ndarray]] | None = None
 
     @property
     def boxes(self) -> int:

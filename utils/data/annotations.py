@@ -9,6 +9,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from utils.data.annotation_rows import SplitAnnotations
 from utils.data.coco_labels import read_coco_split
 from utils.data.voc_labels import read_voc_split
@@ -39,11 +41,11 @@ class AnnotatedSplit(str):
     def __reduce__(self):  # workers started by spawn get the description, not a parsed copy of the annotations
         return AnnotatedSplit, (str(self), self.kind, self.images, self.names, self.keep_difficult)
 
-    def recipe(self) -> str:
+    def recipe(self, polygons: bool = False) -> str:
         """What besides the files decides the labels: part of the label cache's fingerprint."""
         # sizes: each image's annotated size is checked against the file (caches from before are not reused)
         recipe = f"{self.kind} images={self.images} difficult={self.keep_difficult} names={'|'.join(self.names)}"
-        return recipe + " sizes"
+        return recipe + " sizes" + (" polygons" if polygons else "")
 
     def image_folder(self) -> str:
         """The folder the split's images are named under: a COCO split's images folder (or its JSON's folder), a
@@ -59,20 +61,24 @@ class AnnotatedSplit(str):
         path = Path(self)
         return path / "Annotations" if path.is_dir() else path
 
-    def annotations(self) -> SplitAnnotations:
-        """The split's images and labels, read once per state of the annotation file (then kept in memory)."""
+    def annotations(self, polygons: bool = False) -> SplitAnnotations:
+        """The split's images and labels, read once per state of the annotation file (then kept in memory); with
+        polygons (segment training) each row's outline too, read only then (COCO's outlines are most of its
+        JSON). A split read with polygons serves box reads as well."""
         try:
             st = os.stat(self)
             stamp = (st.st_size, st.st_mtime_ns)
         except OSError:
             stamp = None
-        if self._memo is None or self._memo[0] != stamp:
-            self._memo = (stamp, _read(self))
+        if self._memo is None or self._memo[0] != stamp or polygons and self._memo[1].polygons is None:
+            self._memo = (stamp, _read(self, polygons))
         return self._memo[1]
 
 
-def _read(split: AnnotatedSplit) -> SplitAnnotations:
-    found = read_coco_split(split) if split.kind == COCO else read_voc_split(split)
+def _read(split: AnnotatedSplit, polygons: bool) -> SplitAnnotations:
+    found = read_coco_split(split, polygons) if split.kind == COCO else read_voc_split(split)
+    if polygons and found.polygons is None:  # VOC: boxes only
+        found.polygons = [[np.zeros((0, 2), np.float32) for _ in rows] for rows in found.rows]
     log_summary(split, found)
     return found
 

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from utils.data.annotation_rows import SplitAnnotations, as_rows, path_inside, skip, yolo_row
+from utils.data.coco_segments import SEGMENT_KEYS, coco_outline
 from utils.errors import DatasetError
 from utils.images import read_regular_file
 from utils.log import one_line
@@ -39,12 +40,12 @@ def _json_text(path: Path, what: str) -> str:
         raise DatasetError(f"{what} {path} is not UTF-8 text") from None
 
 
-def read_json(path: Path, what: str = "COCO JSON"):
+def read_json(path: Path, what: str = "COCO JSON", keep: frozenset[str] = COCO_KEYS):
     """A COCO JSON's content (only COCO_KEYS), bounded by MAX_JSON_BYTES and utils.safe_json's bounds; DatasetError
     (one line) when it cannot be used. The bytes are freed before parsing: the text is all that is kept."""
     text = _json_text(path, what)
     try:
-        return parse_json(text, keep=COCO_KEYS)
+        return parse_json(text, keep=keep)
     except JsonError as e:
         raise DatasetError(f"{what} {path} is {e}") from None
     except NumberRangeError as e:
@@ -155,8 +156,11 @@ def _bbox(a: dict) -> tuple[float, float, float, float] | None:
     return (x, y, x + w, y + h) if w > 0 and h > 0 else None
 
 
-def _add_annotation(a, images: dict, skipped: set, class_of: dict, rows: dict, found: SplitAnnotations) -> None:
-    """One annotation into its image's rows, or counted as left out (crowd, other class) or skipped (bad)."""
+def _add_annotation(
+    a, images: dict, skipped: set, class_of: dict, rows: dict, found: SplitAnnotations, outlines: dict | None
+) -> None:
+    """One annotation into its image's rows (and its outline into outlines, for segment training), or counted as
+    left out (crowd, other class) or skipped (bad)."""
     if not isinstance(a, dict):
         return skip(found, "annotations that are not objects", str(a)[:80])
     iid, cid = _integer(a.get("image_id")), _integer(a.get("category_id"))
@@ -180,22 +184,30 @@ def _add_annotation(a, images: dict, skipped: set, class_of: dict, rows: dict, f
     row = yolo_row(class_of[cid], box, images[iid][1], found)
     if row is not None:
         rows[iid].append(row)
+        if outlines is not None:
+            outlines[iid].append(
+                coco_outline(a.get("segmentation"), images[iid][1], found, f"annotation {a.get('id')}")
+            )
     return None
 
 
-def read_coco_split(split) -> SplitAnnotations:
-    """An AnnotatedSplit of kind 'coco' read into YOLO rows (images without annotations are backgrounds)."""
+def read_coco_split(split, polygons: bool = False) -> SplitAnnotations:
+    """An AnnotatedSplit of kind 'coco' read into YOLO rows (images without annotations are backgrounds); with
+    polygons, each row's outline from its `segmentation` too (utils.data.coco_segments)."""
     path = Path(split)
-    data = _checked_top(read_json(path), path)
+    data = _checked_top(read_json(path, keep=COCO_KEYS | SEGMENT_KEYS if polygons else COCO_KEYS), path)
     folder = Path(split.images) if split.images else path.parent
     found = SplitAnnotations([], [], [str(path)])
     class_of = _class_of(path, data, split.names)
     images, skipped = _image_table(path, data, folder, found)
     rows: dict[int, list] = {iid: [] for iid in images}
+    outlines: dict[int, list] | None = {iid: [] for iid in images} if polygons else None
     for a in data.get("annotations", []):
-        _add_annotation(a, images, skipped, class_of, rows, found)
+        _add_annotation(a, images, skipped, class_of, rows, found, outlines)
     order = sorted(images, key=lambda iid: images[iid][0])  # file order, as a folder of the images is listed
     found.images = [images[iid][0] for iid in order]
     found.rows = [as_rows(rows[iid]) for iid in order]
     found.sizes = [images[iid][1] for iid in order]
+    if outlines is not None:
+        found.polygons = [outlines[iid] for iid in order]
     return found

@@ -199,7 +199,7 @@ def load_data_config(path: str | Path) -> dict:
     return cfg
 
 
-SHAPES_SETS = ("shapes", "shapes-seg")  # `generate:` values: the synthetic set with box rows, or polygon rows
+SHAPES_SETS = {"shapes": False, "shapes-seg": True}  # `generate:` values: the synthetic set, polygon rows or not
 
 
 def _generate_shapes(root: Path, file: Path, missing: str, kind: str = "shapes") -> None:
@@ -220,6 +220,6 @@ def _generate_shapes(root: Path, file: Path, missing: str, kind: str = "shapes")
         )
     LOGGER.info(f"Generating the synthetic shapes dataset in {root} ...")
     try:
-        generate_shapes(root, polygons=True) if kind == "shapes-seg" else generate_shapes(root)
+        generate_shapes(root, polygons=True) if SHAPES_SETS[kind] else generate_shapes(root)
     except ShapesError as e:
         raise DatasetError(f"{file}: {e}") from None

@@ -12,12 +12,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from utils.data.annotation_rows import SplitAnnotations, path_inside
 from utils.data.annotations import COCO, AnnotatedSplit
 from utils.data.config import load_data_config
-from utils.data.verify import checked_image, img2label_paths, size_problem
+from utils.data.verify import checked_image, img2label_paths, inside_image, size_problem
 from utils.errors import DatasetError
 from utils.files import record_maker, remove_abandoned_folders
 from utils.log import LOGGER, one_line
@@ -29,11 +30,14 @@ OWNER = ".yolo-convert-owner"  # in the private folder a conversion writes into:
 
 @dataclass
 class ConvertOptions:
-    """What to convert and where: the data YAML, a new (or empty) output folder, copies instead of links."""
+    """What to convert and where: the data YAML, a new (or empty) output folder, copies instead of links, and
+    segments: label rows as polygons (a COCO object's outline, `cls x1 y1 x2 y2 ...`; an object without one stays
+    a box row), for segment training."""
 
     data: str | Path
     out: str | Path
     copy: bool = False
+    segments: bool = False
 
 
 @dataclass
@@ -45,8 +49,14 @@ class ConvertResult:
     boxes: dict[str, int]
 
 
-def _format_row(row) -> str:
-    """One label line; float(v) of a float32 is exact, and repr round-trips it: the same float32 when read back."""
+def _format_row(row, outline: np.ndarray | None = None) -> str:
+    """One label line, a box or (with an outline of 3+ vertices) a polygon, as much of it as lies inside the image
+    (what training on the annotations keeps); float(v) of a float32 is exact, and repr round-trips it: the same
+    float32 when read back."""
+    if outline is not None and len(outline) >= 3:
+        points = inside_image(np.asarray(outline, np.float64))[0].astype(np.float32)
+        if len(points) >= 3:
+            return " ".join([str(int(row[0]))] + [repr(float(v)) for v in points.ravel()])
     return " ".join([str(int(row[0]))] + [repr(float(v)) for v in row[1:]])
 
 
@@ -94,7 +104,8 @@ def _write_split(split: AnnotatedSplit, found: SplitAnnotations, work: Path, key
     label file (x.jpg, x.png) or none could be written."""
     base, dest = Path(split.image_folder()), work / "images" / key
     labels_of, skipped, boxes = {}, [], 0
-    for image, rows, size in zip(found.images, found.rows, found.sizes):
+    outlines = found.polygons or [[None] * len(rows) for rows in found.rows]
+    for image, rows, size, image_outlines in zip(found.images, found.rows, found.sizes, outlines):
         raw, problem = _checked(image, size)
         if raw is None:
             skipped.append(f"{image}: {problem}")
@@ -112,7 +123,7 @@ def _write_split(split: AnnotatedSplit, found: SplitAnnotations, work: Path, key
         else:
             os.symlink(os.path.abspath(image), target)
         label.parent.mkdir(parents=True, exist_ok=True)
-        label.write_text("".join(_format_row(r) + "\n" for r in rows))
+        label.write_text("".join(_format_row(r, o) + "\n" for r, o in zip(rows, image_outlines)))
         boxes += len(rows)
     if skipped:
         LOGGER.warning(f"WARNING: {key}: left out {len(skipped)} images training would not use, e.g. {skipped[0]}")
@@ -149,7 +160,7 @@ def convert_dataset(opts: ConvertOptions) -> ConvertResult:
     work.mkdir()
     record_maker(work, OWNER)
     try:
-        result = _convert_into(work, cfg, splits, opts.copy)
+        result = _convert_into(work, cfg, splits, opts.copy, opts.segments)
         (work / OWNER).unlink()
         if out.is_dir():
             out.rmdir()  # empty (checked above); replaced by the finished folder
@@ -162,14 +173,16 @@ def convert_dataset(opts: ConvertOptions) -> ConvertResult:
     return result
 
 
-def _convert_into(work: Path, cfg: dict, splits: dict[str, AnnotatedSplit], copy: bool) -> ConvertResult:
+def _convert_into(
+    work: Path, cfg: dict, splits: dict[str, AnnotatedSplit], copy: bool, segments: bool = False
+) -> ConvertResult:
     folders, written, images, boxes = {}, {}, {}, {}
     for key, split in splits.items():
         same = next((k for k, s in written.items() if s == split and s.recipe() == split.recipe()), None)
         if same is not None:  # the same annotations for two splits (COCO128's train and val): written once
             folders[key], images[key], boxes[key] = folders[same], images[same], boxes[same]
             continue
-        images[key], boxes[key] = _write_split(split, split.annotations(), work, key, copy)
+        images[key], boxes[key] = _write_split(split, split.annotations(segments), work, key, copy)
         folders[key], written[key] = f"images/{key}", split
     for key in SPLITS:  # splits of YOLO label files stay where they are
         if key not in splits and isinstance(cfg.get(key), (str, list)):

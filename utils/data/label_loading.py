@@ -21,7 +21,7 @@ def load_split_labels(
     """(images, labels, shapes, label cache places, polygons) of a split, verified or from a matching cache.
     polygons (only when asked for): per image, one float32 (k, 2) normalised polygon per label row, (0, 2) for a
     box row."""
-    candidates, digest, scan = _label_plan(path, im_files, lb_files, nc)
+    candidates, digest, scan = _label_plan(path, im_files, lb_files, nc, polygons)
     listed = set(im_files)
     cache = next((c for c in (_load_cache(f, digest, listed, prefix) for f in candidates) if c), None)
     if cache is None:
@@ -53,14 +53,16 @@ def _split_polygons(cache: dict) -> list[list[np.ndarray]]:
     return [rows[a:b] for a, b in zip(starts[:-1], starts[1:])]
 
 
-def _label_plan(split, im_files: list[str], lb_files: list[str], nc: int):
+def _label_plan(split, im_files: list[str], lb_files: list[str], nc: int, polygons: bool = False):
     """(label cache places, fingerprint, scan) for YOLO label files, or for labels converted from the split's
-    COCO JSON / VOC XML (cached beside the annotations under our own name, else in the user cache folder)."""
+    COCO JSON / VOC XML (cached beside the annotations under our own name, else in the user cache folder); the
+    annotations' outlines are read only for polygons (a label file's polygon rows always are)."""
     if isinstance(split, AnnotatedSplit):
-        found = split.annotations()
-        rows = dict(zip(found.images, zip(found.rows, found.sizes)))
+        found = split.annotations(polygons)
+        outlines = found.polygons if polygons else [None] * len(found.images)
+        rows = dict(zip(found.images, zip(found.rows, found.sizes, outlines)))
         places = label_cache_paths(split.cache_source())
-        digest = _files_hash(found.sources + im_files, nc, split.recipe())
+        digest = _files_hash(found.sources + im_files, nc, split.recipe(polygons))
         return places, digest, lambda: _scan(im_files, [rows[f] for f in im_files], verify_image_rows, nc)
     p = Path(split[0] if isinstance(split, (list, tuple)) else split)
     places = label_cache_paths(p if p.is_file() else Path(lb_files[0]).parent)

@@ -3,6 +3,7 @@ nothing that is not a regular file read.
 """
 
 import io
+import math
 import os
 import stat
 from pathlib import Path
@@ -34,6 +35,8 @@ except ImportError:  # pragma: no cover - verification falls back to a full Open
 
 
 MIN_SIZE = 10  # images smaller than this (px) on any side are rejected
+
+NO_POLYGON = np.zeros((0, 2), np.float32)  # a box row's polygon (shared, never written to)
 
 OVERSHOOT = 0.01  # normalised coordinates this far outside [0, 1] are clipped; further is an error
 
@@ -169,7 +172,7 @@ def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, list[np.ndarray], str
         if len(parts) != 5 and (len(parts) < 7 or len(parts) % 2 == 0):
             raise ValueError(f"line {n}: {_row_shape_problem(len(parts))}")
         try:
-            values = np.array(parts, dtype=np.float64)
+            values = [float(v) for v in parts] if len(parts) == 5 else np.array(parts, dtype=np.float64)
         except ValueError:
             raise ValueError(f"line {n}: non-numeric value in '{line.strip()[:200]}'") from None
         rows.append((n, values))
@@ -189,39 +192,66 @@ def _shown(values: np.ndarray) -> str:
     return " ".join(f"{v:g}" for v in values[:12]) + (" ..." if len(values) > 12 else "")
 
 
-def labels_from_rows(rows: list[tuple[int, list[float]]], nc: int) -> tuple[np.ndarray, list[np.ndarray], str]:
+def labels_from_rows(
+    rows: list[tuple[int, list[float]]], nc: int, outlines: list[np.ndarray] | None = None
+) -> tuple[np.ndarray, list[np.ndarray], str]:
     """(line number, [cls, cx, cy, w, h] or [cls, polygon...]) rows checked and cleaned as a label file's are: the
     one path from numbers to labels, shared by YOLO text files and labels converted from COCO JSON or VOC XML (so
     that a converted dataset and its written-out text labels give the same float32 labels). Returns the (n, 5)
-    labels, each row's float32 (k, 2) polygon (empty for a box row) and a note of what was changed."""
+    labels, each row's float32 (k, 2) polygon (empty for a box row) and a note of what was changed. outlines: a
+    normalised polygon for each (box) row, from annotations that give both (COCO: bbox and segmentation): the row
+    then takes the outline's box, as a polygon row does."""
     boxes, polygons, clipped = [], [], 0
-    for n, values in rows:
-        values = np.asarray(values, dtype=np.float64)
-        if not np.isfinite(values).all():
-            raise ValueError(f"line {n}: non-finite value in '{_shown(values)}'"[:300])
-        cls = values[0]
-        if cls != int(cls) or not 0 <= cls < nc:
-            raise ValueError(f"line {n}: class {cls:g} is not an integer in [0, {nc})"[:300])
-        coords = values[1:]
-        if coords.min() < -OVERSHOOT or coords.max() > 1 + OVERSHOOT:
-            raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {_shown(coords)}"[:300])
-        if len(coords) > 4:  # polygon: its part inside the image, and the box of that
-            points = coords.reshape(-1, 2)
-            outside = int(((points < 0) | (points > 1)).any(1).sum())
-            clipped += outside
-            points = clip_polygon(points, 1.0, 1.0) if outside else points
+    for k, (n, values) in enumerate(rows):
+        cls, coords = _checked_row(n, values, nc)
+        if len(coords) == 4 and outlines is None:  # a box row (the common case: no arrays)
+            cx, cy, w, h = coords
+            boxes.append((cls, cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
+            polygons.append(NO_POLYGON)
+            continue
+        outline = coords if len(coords) > 4 else outlines[k]
+        points, outside = inside_image(np.asarray(outline, np.float64).reshape(-1, 2))
+        points = points.astype(np.float32).astype(np.float64)  # the box of what is kept (and written out)
+        clipped += outside
+        polygons.append(points.astype(np.float32) if len(points) >= 3 else NO_POLYGON)
+        if len(coords) > 4 or len(points) >= 3:  # a polygon (or outline): its part inside the image, and its box
             boxes.append((cls, *polygon_box(points)))
-            polygons.append(points.astype(np.float32))
         else:
             cx, cy, w, h = coords
             boxes.append((cls, cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
-            polygons.append(np.zeros((0, 2), np.float32))
     if not boxes:
         return np.zeros((0, 5), np.float32), [], ""
     labels, kept, note = _clean_boxes(np.array(boxes, dtype=np.float64))
     if clipped:
         note = "; ".join(x for x in (f"{clipped} polygon vertices outside the image clipped to it", note) if x)
     return labels, [polygons[i] for i in kept], note
+
+
+def _checked_row(n: int, values, nc: int) -> tuple[float, list[float] | np.ndarray]:
+    """(class, coordinates) of a row of numbers: finite, an integer class in [0, nc), coordinates normalised (to
+    within OVERSHOOT); ValueError (one line) otherwise. A box row stays Python floats, a polygon row is an array."""
+    if len(values) > 5:
+        values = np.asarray(values, dtype=np.float64)
+        finite, low, high = bool(np.isfinite(values).all()), values[1:].min(), values[1:].max()
+    else:
+        values = [float(v) for v in values]
+        finite = all(math.isfinite(v) for v in values)
+        low, high = (min(values[1:]), max(values[1:])) if finite else (0.0, 0.0)
+    if not finite:
+        raise ValueError(f"line {n}: non-finite value in '{_shown(values)}'"[:300])
+    cls = values[0]
+    if cls != int(cls) or not 0 <= cls < nc:
+        raise ValueError(f"line {n}: class {cls:g} is not an integer in [0, {nc})"[:300])
+    if low < -OVERSHOOT or high > 1 + OVERSHOOT:
+        raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {_shown(values[1:])}"[:300])
+    return float(cls), values[1:]
+
+
+def inside_image(points: np.ndarray) -> tuple[np.ndarray, int]:
+    """A normalised polygon's part inside the image (utils.data.polygons.clip_polygon), and how many of its
+    vertices were outside."""
+    outside = int(((points < 0) | (points > 1)).any(1).sum()) if len(points) else 0
+    return (clip_polygon(points, 1.0, 1.0) if outside else points), outside
 
 
 def _clean_boxes(xyxy: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
@@ -279,14 +309,14 @@ def verify_image_rows(im_file: str, annotated: tuple, nc: int) -> Verified:
     """verify_image_label for an image whose labels were converted from an annotation file: annotated is its rows
     ([cls, cx, cy, w, h] or [cls, polygon...], as a label file's lines), checked and cleaned exactly as the same
     numbers in a label file would be, and the (w, h) the annotation gives, which must be the image's."""
-    rows, size = annotated
+    rows, size, outlines = annotated
     try:
         _, (w, h), stored = checked_image(im_file)
         if w < MIN_SIZE or h < MIN_SIZE:
             raise ValueError(f"image is {w}x{h}, smaller than {MIN_SIZE} px on a side")
         if problem := size_problem(size, (w, h), stored):
             raise ValueError(problem)
-        labels, polygons, note = labels_from_rows([(n, row) for n, row in enumerate(rows, 1)], nc)
+        labels, polygons, note = labels_from_rows([(n, row) for n, row in enumerate(rows, 1)], nc, outlines)
         return im_file, labels, (w, h), note, "ok" if len(labels) else "background", polygons
     except (OSError, ValueError) as e:
         return im_file, None, (0, 0), one_line(e), "corrupt", []
