@@ -258,8 +258,8 @@ class Console(Callback):
         )
 
     def on_epoch_start(self, trainer, epoch: int) -> None:
-        losses = [f"{name}_loss" for name in trainer.loss.LOSS_NAMES]
-        LOGGER.info(("\n" + "%11s" * 7) % ("Epoch", "GPU_mem", *losses, "Instances", "Size"))
+        losses = [f"{name}_loss" for name in trainer.loss.LOSS_NAMES]  # 3, or a segment loss's 4 or 5
+        LOGGER.info(("\n" + "%11s" * (4 + len(losses))) % ("Epoch", "GPU_mem", *losses, "Instances", "Size"))
         self.bar = tqdm(total=len(trainer.train_loader), bar_format=PROGRESS_BAR)
 
     def on_batch_end(self, trainer, batch: BatchEnd) -> None:
@@ -267,7 +267,7 @@ class Console(Callback):
         mem = f"{torch.cuda.memory_reserved(device) / 1e9 if device.type == 'cuda' else 0:.3g}G"
         size = batch.images.shape[-1]
         self.bar.set_description(
-            ("%11s" * 2 + "%11.4g" * 5)
+            ("%11s" * 2 + "%11.4g" * (2 + len(batch.mean_losses)))
             % (f"{batch.epoch}/{trainer.epochs - 1}", mem, *batch.mean_losses, batch.targets.shape[0], size)
         )
         self.bar.update(1)
