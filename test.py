@@ -10,7 +10,8 @@ Usage (the flags of YOLOv5's test.py / val.py):
 
 The numbers are the COCO protocol's (AP at IoU 0.50:0.95, 0.50, ...), computed in memory by utils/eval/validate.py
 (evaluate), with the weights loaded and the loader built by utils/eval/validate_weights.py;
-P and R are YOLOv5's, at the confidence of maximal mean F1.
+P and R are YOLOv5's, at the confidence of maximal mean F1. A segment model (yolov5n-seg, yolo11n-seg, ...) is also
+scored on its masks at the original resolution (COCO 'segm': results.json mask_metrics, predictions.json RLEs).
 """
 
 import argparse
@@ -73,7 +74,8 @@ def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     add("--verbose", action="store_true", help="report mAP by class")
     add("--save-txt", action="store_true", help="save results to *.txt")
     add("--save-conf", action="store_true", help="save confidences in --save-txt labels")
-    add("--save-json", action="store_true", help="save a COCO results JSON and check it with pycocotools")
+    json_help = "save a COCO results JSON (a segment model's with RLE masks) and check it with pycocotools"
+    add("--save-json", action="store_true", help=json_help)
     add("--project", default="runs/test", help="save to project/name")
     add("--name", default="exp", help="save to project/name")
     add("--exist-ok", action="store_true", help="existing project/name ok, do not increment")

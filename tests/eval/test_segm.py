@@ -5,13 +5,14 @@ regions included)."""
 import cv2
 import numpy as np
 import pytest
+import torch
 from pycocotools import mask as mask_utils
 
 from utils.errors import MetricsError
 from utils.eval.coco_io import pycocotools_stats
 from utils.eval.evaluator import CocoEvaluator
 from utils.eval.segm import label_segmentations, rle_area, segmentation_rle
-from utils.infer.masks import crop_rle
+from utils.infer.masks import crop_rle, instance_masks, letterbox_mapping
 
 
 def test_crop_rle_equals_pycocotools_encode_of_the_full_frame():
@@ -137,3 +138,20 @@ def test_label_rows_without_a_polygon_are_their_box():
 def test_bad_segmentations_are_one_line(segmentation, message):
     with pytest.raises(MetricsError, match=message):
         segmentation_rle(segmentation, 10, 10)
+
+
+def test_a_dataset_letterbox_maps_masks_as_the_centred_one_when_they_agree():
+    """ratio_pad ((gain_h, gain_w), (pad_w, pad_h)) as the loader records it: the centred letterbox's own values give
+    the same masks as no ratio_pad; a rectangular batch's extra padding moves them (boxes stay in place)."""
+    torch.manual_seed(0)
+    protos, coefficients = torch.randn(32, 40, 56), torch.randn(4, 32)
+    input_hw, original_hw = (160, 224), (181, 300)
+    boxes = np.array([[10.2, 20.7, 120.4, 90.1], [0, 0, 300, 181], [150.0, 10.0, 210.0, 170.0], [5, 5, 6, 6]])
+    gain, pad_x, pad_y = letterbox_mapping(input_hw, original_hw)
+    centred = instance_masks(protos, coefficients, boxes, input_hw, original_hw)
+    same = instance_masks(protos, coefficients, boxes, input_hw, original_hw, ((gain, gain), (pad_x, pad_y)))
+    moved = instance_masks(protos, coefficients, boxes, input_hw, original_hw, ((gain, gain), (pad_x, pad_y + 8)))
+    assert all(np.array_equal(a, b) for a, b in zip(centred.crops, same.crops))
+    assert centred.origins == moved.origins and not all(
+        np.array_equal(a, b) for a, b in zip(centred.crops, moved.crops)
+    )

@@ -2,16 +2,25 @@
 (boxes' plus masks'), zeros before a first validation, and results.png drawn from the wider header."""
 
 import csv
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from utils.eval.charts import plot_results
 from utils.eval.evaluator import CocoEvaluator
 from utils.eval.metrics import fitness
 from utils.eval.validate import ValidationResult
 from utils.infer.masks import crop_rle
-from utils.train.callbacks import MASK_METRIC_NAMES, METRIC_NAMES, epoch_result, write_results_row
+from utils.train.callbacks import (
+    MASK_METRIC_NAMES,
+    METRIC_NAMES,
+    BatchEnd,
+    Console,
+    epoch_result,
+    write_results_row,
+)
 
 SEGMENT_LOSSES = ("box", "seg", "cls", "dfl")
 
@@ -57,3 +66,17 @@ def test_before_a_first_validation_the_mask_columns_are_zeros(tmp_path):
     rows = list(csv.reader(file.open()))
     assert rows[0] == first.columns() and len(rows) == 4 and all(len(r) == len(rows[0]) for r in rows)
     assert plot_results(file).stat().st_size > 10_000  # 16 panels: losses, box and mask metrics
+
+
+def test_the_console_shows_a_segment_loss_of_four_or_five_items(log):
+    """A segment loss names 4 items (YOLO26's 5): the epoch header and each batch's line show them all."""
+    for names in (SEGMENT_LOSSES, (*SEGMENT_LOSSES, "sem")):
+        trainer = SimpleNamespace(
+            loss=SimpleNamespace(LOSS_NAMES=names), train_loader=[0, 1], epochs=3, device=torch.device("cpu")
+        )
+        console = Console()
+        console.on_epoch_start(trainer, 0)
+        batch = BatchEnd(0, 0, 0, [0.5] * len(names), torch.zeros(2, 3, 64, 64), torch.zeros(7, 6), ["a", "b"])
+        console.on_batch_end(trainer, batch)
+        console.on_batch_end(trainer, batch)
+        assert f"{names[-1]}_loss" in log.text and console.bar is None  # both batches shown, the bar closed

@@ -119,16 +119,11 @@ def iter_instance_masks(
         yield (x1, y1), (_box_logits(protos, coefficient, rows, columns) > 0).cpu().numpy()
 
 
-def instance_masks(
-    protos: torch.Tensor,
-    coefficients: torch.Tensor,
-    boxes: np.ndarray,
-    input_hw: tuple[int, int],
-    original_hw: tuple[int, int],
-    ratio_pad: tuple | None = None,
-) -> InstanceMasks:
-    """The masks of n detections (iter_instance_masks' arguments), all kept: one byte per box pixel."""
-    pieces = list(iter_instance_masks(protos, coefficients, boxes, input_hw, original_hw, ratio_pad))
+def instance_masks(*arguments, **keywords) -> InstanceMasks:
+    """The masks of n detections, all kept (one byte per box pixel): iter_instance_masks' arguments (protos,
+    coefficients, boxes, input_hw, original_hw, ratio_pad=None)."""
+    pieces = list(iter_instance_masks(*arguments, **keywords))
+    original_hw = keywords["original_hw"] if "original_hw" in keywords else arguments[4]
     return InstanceMasks(tuple(original_hw), [o for o, _ in pieces], [c for _, c in pieces])
 
 

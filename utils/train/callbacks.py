@@ -258,7 +258,7 @@ class Console(Callback):
         )
 
     def on_epoch_start(self, trainer, epoch: int) -> None:
-        losses = [f"{name}_loss" for name in trainer.loss.LOSS_NAMES]
+        losses = [f"{name}_loss" for name in trainer.loss.LOSS_NAMES]  # 3, or a segment loss's 4 or 5
         LOGGER.info(("\n" + "%11s" * (4 + len(losses))) % ("Epoch", "GPU_mem", *losses, "Instances", "Size"))
         self.bar = tqdm(total=len(trainer.train_loader), bar_format=PROGRESS_BAR)
 
