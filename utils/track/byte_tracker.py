@@ -72,7 +72,7 @@ class ByteTracker:
         """One frame; recovered (detections a looser NMS kept, TrackTrack's) is not used here; features: (n, C)
         an embedding per detection row, used by BoT-SORT with with_reid."""
         self.frame_id += 1
-        self.features = frame_features(features, len(detections))
+        self.features = frame_features(features, len(detections)) if self.config.with_reid else None
         high, low = self._split(detections)
         unconfirmed = [t for t in self.tracked if not t.is_activated]
         pool = [t for t in self.tracked if t.is_activated] + self.lost

@@ -113,7 +113,7 @@ class TrackTrack:
             r = np.asarray(recovered, np.float64).reshape(-1, 6)
             r = r[(r[:, 2] > r[:, 0]) & (r[:, 3] > r[:, 1]) & (r[:, 4].astype(np.float32) > cfg.track_high_thresh)]
             extra = np.concatenate([r, -np.ones((len(r), 1))], axis=1)
-        features = frame_features(features, len(d))
+        features = frame_features(features, len(d)) if cfg.with_reid else None
         embeddings = detection_embeddings(features, high) + [None] * (len(low) + len(extra))  # the reference's
         return Detections(np.concatenate([high, low, extra]), len(high), len(low), embeddings)
 
