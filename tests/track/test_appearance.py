@@ -3,23 +3,29 @@ alone would not: two objects that swap places between frames keep their identiti
 who is who."""
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from utils.track.appearance import cosine_distance, smooth_embedding
+from utils.track.appearance import blend_embeddings, cosine_distance, frame_embeddings
 from utils.track.bot_sort import create_tracker
 from utils.track.config import load_tracker_config
 
 
-def test_smoothing_normalizes_and_keeps_a_share_of_the_past():
-    current, smooth = smooth_embedding(np.array([3.0, 4.0]), None, 0.9)
-    np.testing.assert_allclose(current, [0.6, 0.8], rtol=1e-6)
-    np.testing.assert_allclose(smooth, current)
-    current, smooth = smooth_embedding(np.array([0.0, 2.0]), smooth, 0.9)
+def test_embeddings_are_normalized_and_blended_into_the_tracks():
+    embeddings = frame_embeddings(np.array([[3.0, 4.0], [0.0, 0.0], [0.0, 2.0]]), 3)
+    np.testing.assert_allclose(embeddings[0], [0.6, 0.8], rtol=1e-6)
+    assert embeddings[1] is None  # a zero embedding says nothing
+    tracks = [SimpleNamespace(embedding=None, smoothed=None) for _ in range(2)]
+    blend_embeddings(tracks, [embeddings[0], None], 0.9)  # a first embedding is taken as it is
+    np.testing.assert_allclose(tracks[0].smoothed, [0.6, 0.8], rtol=1e-6)
+    assert tracks[1].smoothed is None
+    blend_embeddings(tracks, [embeddings[2], embeddings[2]], [0.9, 0.5])
     expected = 0.9 * np.array([0.6, 0.8]) + 0.1 * np.array([0.0, 1.0])
-    np.testing.assert_allclose(smooth, expected / np.linalg.norm(expected), rtol=1e-6)
-    assert smooth_embedding(np.zeros(2), smooth, 0.9) == (None, smooth)  # a zero embedding says nothing
+    np.testing.assert_allclose(tracks[0].smoothed, expected / np.linalg.norm(expected), rtol=1e-6)
+    np.testing.assert_allclose(tracks[0].embedding, [0.0, 1.0])
+    np.testing.assert_allclose(tracks[1].smoothed, [0.0, 1.0])
 
 
 def test_cosine_distance_is_nan_where_a_side_has_no_embedding():

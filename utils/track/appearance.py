@@ -23,20 +23,6 @@ class TrackerNeeds:
     embeddings: bool = False
 
 
-def smooth_embedding(feature: np.ndarray, smooth: np.ndarray | None, keep: float) -> tuple:
-    """(the feature normalized, the new smoothed one): keep * smooth + (1 - keep) * feature, renormalized; a
-    feature of zero norm says nothing: (None, smooth)."""
-    feature = np.asarray(feature, np.float32)
-    norm = np.linalg.norm(feature)
-    if norm < 1e-12:
-        return None, smooth
-    feature = feature / norm
-    if smooth is None:
-        return feature, feature.copy()
-    smooth = keep * smooth + (1 - keep) * feature
-    return feature, smooth / np.linalg.norm(smooth)
-
-
 def cosine_distance(tracks: list, detections: list, upper: float = 1.0) -> np.ndarray:
     """(n, m) float32 1 - cosine similarity, clipped to [0, upper], between lists of normalized embeddings (a track's
     smoothed one, a detection's current one); NaN where either side has none."""
@@ -50,22 +36,37 @@ def cosine_distance(tracks: list, detections: list, upper: float = 1.0) -> np.nd
     return np.where(have, np.clip(1 - a @ b.T, 0, upper), np.nan).astype(np.float32)
 
 
-def detection_embeddings(features: np.ndarray | None, rows: np.ndarray) -> list:
-    """The embedding (normalized) of each detection row (x1, y1, x2, y2, score, cls, index in the frame's input;
-    index -1: none) from the frame's (n, C) features, or Nones without features."""
-    if features is None:
+def detection_embeddings(embeddings: list | None, rows: np.ndarray) -> list:
+    """The embedding of each detection row (x1, y1, x2, y2, score, cls, index in the frame's input; index -1: none)
+    from the frame's (frame_embeddings), or Nones without them."""
+    if embeddings is None:
         return [None] * len(rows)
-    out = []
-    for index in rows[:, 6].astype(np.int64):
-        out.append(None if index < 0 else smooth_embedding(features[index], None, 0.0)[0])
-    return out
+    return [None if i < 0 else embeddings[i] for i in rows[:, 6].astype(np.int64).tolist()]
 
 
-def frame_features(features, n_detections: int) -> np.ndarray | None:
-    """A frame's embeddings as (n, C) float32, one row per detection, or None (none given, or no detections)."""
+def frame_embeddings(features, n_detections: int) -> list | None:
+    """A frame's (n, C) features as one normalized float32 embedding per detection (None for a zero one), or None
+    (none given, or no detections)."""
     if features is None or not n_detections:
         return None
     features = np.asarray(features, np.float32)
     if features.ndim != 2 or len(features) != n_detections:
         raise ValueError(f"{n_detections} detections but features of shape {features.shape}")
-    return features
+    norms = np.linalg.norm(features, axis=1)
+    unit = features / np.where(norms < 1e-12, 1, norms)[:, None]
+    return [None if n < 1e-12 else u for n, u in zip(norms, unit)]
+
+
+def blend_embeddings(tracks: list, embeddings: list, keep) -> None:
+    """Each track takes its matched detection's embedding (normalized; None: the track keeps its own) into its
+    smoothed one: keep * smoothed + (1 - keep) * embedding, renormalized; keep a number or one per track."""
+    keep = np.broadcast_to(np.asarray(keep, np.float32), (len(tracks),))
+    chosen = [k for k, e in enumerate(embeddings) if e is not None]
+    if not chosen:
+        return
+    new = np.array([embeddings[k] for k in chosen])
+    old = np.array([new[i] if tracks[k].smoothed is None else tracks[k].smoothed for i, k in enumerate(chosen)])
+    mixed = keep[chosen, None] * old + (1 - keep[chosen, None]) * new
+    mixed /= np.linalg.norm(mixed, axis=1, keepdims=True)
+    for k, e, m in zip(chosen, new, mixed):
+        tracks[k].embedding, tracks[k].smoothed = e, m

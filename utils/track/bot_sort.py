@@ -3,7 +3,7 @@ so that a pan does not push the predicted boxes off their objects."""
 
 import numpy as np
 
-from utils.track.appearance import TrackerNeeds, cosine_distance, detection_embeddings, smooth_embedding
+from utils.track.appearance import TrackerNeeds, blend_embeddings, cosine_distance, detection_embeddings
 from utils.track.byte_tracker import ByteTracker
 from utils.track.config import TrackerConfig
 from utils.track.gmc import CameraMotion
@@ -38,10 +38,10 @@ class BotSort(ByteTracker):
 
     def _costs(self, tracks: list[Track], detections: np.ndarray, fuse: bool) -> np.ndarray:
         cost = super()._costs(tracks, detections, fuse)
-        if not fuse or self.features is None or not cost.size:
+        if not fuse or self.embeddings is None or not cost.size:
             return cost
         far = iou_cost(boxes_xyxy(tracks), detections[:, :4]) > 1 - self.config.proximity_thresh
-        embeddings = detection_embeddings(self.features, detections)
+        embeddings = detection_embeddings(self.embeddings, detections)
         half = cosine_distance([t.smoothed for t in tracks], embeddings, upper=2.0) / 2
         half[np.isnan(half) | far | (half > 1 - self.config.appearance_thresh)] = 1.0
         return np.minimum(cost, half)
@@ -57,9 +57,8 @@ class BotSort(ByteTracker):
         return track
 
     def _take_embeddings(self, tracks: list[Track], rows: np.ndarray) -> None:
-        for track, embedding in zip(tracks, detection_embeddings(self.features, rows)):
-            if embedding is not None:
-                track.embedding, track.smoothed = smooth_embedding(embedding, track.smoothed, self.SMOOTHING)
+        if self.embeddings is not None:
+            blend_embeddings(tracks, detection_embeddings(self.embeddings, rows), self.SMOOTHING)
 
 
 TRACKERS = {"bytetrack": ByteTracker, "botsort": BotSort, "ocsort": OcSort, "tracktrack": TrackTrack}

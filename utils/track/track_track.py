@@ -20,10 +20,10 @@ from utils.track import kalman
 from utils.track.appearance import (
     LOOSE_NMS_IOU,
     TrackerNeeds,
+    blend_embeddings,
     cosine_distance,
     detection_embeddings,
-    frame_features,
-    smooth_embedding,
+    frame_embeddings,
 )
 from utils.track.byte_tracker import drop_duplicates
 from utils.track.config import TrackerConfig
@@ -113,7 +113,7 @@ class TrackTrack:
             r = np.asarray(recovered, np.float64).reshape(-1, 6)
             r = r[(r[:, 2] > r[:, 0]) & (r[:, 3] > r[:, 1]) & (r[:, 4].astype(np.float32) > cfg.track_high_thresh)]
             extra = np.concatenate([r, -np.ones((len(r), 1))], axis=1)
-        features = frame_features(features, len(d)) if cfg.with_reid else None
+        features = frame_embeddings(features, len(d)) if cfg.with_reid else None
         embeddings = detection_embeddings(features, high) + [None] * (len(low) + len(extra))  # the reference's
         return Detections(np.concatenate([high, low, extra]), len(high), len(low), embeddings)
 
@@ -197,8 +197,7 @@ class TrackTrack:
     def _start(self, dets: Detections, j: int) -> TtTrack:
         row = dets.rows[j]
         track = TtTrack(row, dets.score32[j])
-        if dets.embeddings[j] is not None:
-            track.embedding, track.smoothed = smooth_embedding(dets.embeddings[j], None, 0.0)
+        blend_embeddings([track], [dets.embeddings[j]], 0.0)
         mean, cov = kalman.initiate(xyxy_to_state(row[:4], False))
         track.mean, track.covariance = mean[0], cov[0]
         track.track_id = next(self._ids)
@@ -228,9 +227,9 @@ class TrackTrack:
             track.prev_score, track.mean, track.covariance = track.score32, mean[k], cov[k]
             track.score32, track.score, track.cls, track.det_index = score32[k], score, cls, int(index)
             track.frame_id = self.frame_id
-            if dets.embeddings[cols[k]] is not None:  # a confident track keeps more of its past appearance
-                keep = SMOOTHING + (1 - SMOOTHING) * (1 - score)
-                track.embedding, track.smoothed = smooth_embedding(dets.embeddings[cols[k]], track.smoothed, keep)
+        if self.config.with_reid:  # a confident match keeps more of the track's past appearance
+            keep = SMOOTHING + (1 - SMOOTHING) * (1 - rows[:, 4])
+            blend_embeddings(matched, [dets.embeddings[j] for j in cols], keep)
         for k in found:
             matched[k].remember(self.frame_id, matched[k].xyxy)
             matched[k].tracklet_len, matched[k].state, matched[k].is_activated = 0, TrackState.TRACKED, True

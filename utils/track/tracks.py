@@ -67,7 +67,7 @@ class Track:
         self.expired = False  # lost past the tracker's buffer (ByteTracker._bookkeep)
         self.obs = None  # what OC-SORT remembers of its detections (oc_sort.Observations)
         self.embedding: np.ndarray | None = None  # with_reid: the last matched detection's (normalized)
-        self.smoothed: np.ndarray | None = None  # with_reid: the moving average of them (appearance.smooth_embedding)
+        self.smoothed: np.ndarray | None = None  # with_reid: the moving average of them (appearance.blend_embeddings)
         self.start_frame = self.frame_id = 0
 
     def activate(self, track_id: int, frame_id: int, confirmed: bool) -> None:
