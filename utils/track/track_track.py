@@ -135,9 +135,7 @@ class TrackTrack:
         cost = self._cost(pool, dets)
         cost[:, dets.n_high : dets.n_high + dets.n_low] += np.float32(self.config.penalty_p)
         cost[:, dets.n_high + dets.n_low :] += np.float32(self.config.penalty_q)
-        pairs, left, dets_left = iterative_assign(
-            np.clip(cost, 0, 1), self.config.match_thresh, self.config.reduce_step
-        )
+        pairs, left, dets_left = iterative_assign(_clip01(cost), self.config.match_thresh, self.config.reduce_step)
         activated, refound, lost, removed = [], [], [], []
         for i, _ in pairs:
             (activated if pool[i].state == TrackState.TRACKED else refound).append(pool[i])
@@ -255,7 +253,7 @@ class TrackTrack:
         if len(pairs[0]):
             cost[pairs] += self.config.angle_weight * self._angle_cost(tracks, dets, pairs)
         cost[~supported] = 1.0
-        return np.clip(cost, 0, 1)
+        return _clip01(cost)
 
     def _angle_cost(self, tracks: list, dets: Detections, pairs) -> np.ndarray:
         """For the (track, detection) index pairs: the mean over the four corners of the angle (of pi) between the
@@ -341,8 +339,8 @@ def _unit_steps(steps: np.ndarray) -> np.ndarray:
 def iou32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IoU (n, m) of float32 x1, y1, x2, y2 boxes, in float32 and the reference's order of operations (TrackTrack's
     thresholds are met or missed on the last bit)."""
-    w = (np.minimum(a[:, None, 2], b[:, 2]) - np.maximum(a[:, None, 0], b[:, 0])).clip(0)
-    h = (np.minimum(a[:, None, 3], b[:, 3]) - np.maximum(a[:, None, 1], b[:, 1])).clip(0)
+    w = np.maximum(np.minimum(a[:, None, 2], b[:, 2]) - np.maximum(a[:, None, 0], b[:, 0]), 0)
+    h = np.maximum(np.minimum(a[:, None, 3], b[:, 3]) - np.maximum(a[:, None, 1], b[:, 1]), 0)
     inter = w * h
     union = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) + ((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]))[:, None] - inter
     return inter / (union + 1e-7)
@@ -353,7 +351,7 @@ def _vertical_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     reaches lower in the frame, so boxes at other depths overlap less vertically)."""
     overlap = np.minimum(a[:, 3:4], b[:, 3:4].T) - np.maximum(a[:, 1:2], b[:, 1:2].T)
     union = np.maximum(a[:, 3:4], b[:, 3:4].T) - np.minimum(a[:, 1:2], b[:, 1:2].T)
-    return np.clip(overlap / (union + 1e-9), 0, 1)
+    return _clip01(overlap / (union + 1e-9))
 
 
 def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[list, list[int], list[int]]:
@@ -379,6 +377,11 @@ def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[l
         [i for i in range(cost.shape[0]) if i not in rows_used],
         [j for j in range(cost.shape[1]) if j not in cols_used],
     )
+
+
+def _clip01(x: np.ndarray) -> np.ndarray:
+    """x clipped to [0, 1] in its dtype (np.clip's result, two ufuncs cheaper than its wrapper)."""
+    return np.minimum(np.maximum(x, 0), 1)
 
 
 def _iou_cost32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
