@@ -285,8 +285,7 @@ class Predictor:
         self.extras: FrameExtras | None = None  # the last image's, when serving a tracker
 
     def serve(self, needs) -> None:
-        """Compute what a tracker needs besides the boxes (utils.track.appearance.TrackerNeeds; None: nothing) for
-        every image from now on, as self.extras and each Prediction's extras."""
+        """From now on compute, as self.extras, what a tracker needs besides the boxes (a TrackerNeeds or None)."""
         self.feed = TrackerFeed(self.model, needs, self.family.end2end) if needs else None
 
     def _checked_classes(self, classes) -> list[int] | None:
