@@ -135,18 +135,18 @@ def to_images(inputs, rgb: bool = False, first: int = 0) -> list[tuple[str, np.n
 
 
 class Tracking:
-    """A Detector's tracking state: the TrackingSession and the predictor that feeds it (the Detector's own, or one
-    with conf_thres at the tracker's track_low_thresh when the Detector was made without conf_thres)."""
+    """A Detector's tracking state: the TrackingSession and a predictor of its own that feeds it what the tracker
+    needs (recovered boxes, embeddings), with conf_thres at the tracker's track_low_thresh when the Detector was made
+    without conf_thres."""
 
     def __init__(self, detector: "Detector", tracker: str | Path):
         self.tracker = str(tracker)
         self.session = TrackingSession(tracker)
-        predictor = detector.predictor
-        if detector.conf_given:
-            self.predictor = predictor
-        else:
-            options = replace(predictor.options, conf_thres=self.session.config.track_low_thresh)
-            self.predictor = Predictor(detector.model, detector.device, options, predictor.precision, log=False)
+        options = detector.predictor.options
+        if not detector.conf_given:
+            options = replace(options, conf_thres=self.session.config.track_low_thresh)
+        self.predictor = Predictor(detector.model, detector.device, options, detector.predictor.precision, log=False)
+        self.predictor.serve(self.session.needs)
 
 
 def ids_tensor(ids: np.ndarray | None) -> torch.Tensor | None:
@@ -272,7 +272,8 @@ class Detector:
         session, predictor = self.tracking.session, self.tracking.predictor
         for name, image in self._images(inputs, rgb=False):
             result = self._detect(name, image, predictor)
-            boxes, ids = session.update("frames", result.boxes.numpy(), image)
+            extras = predictor.extras
+            boxes, ids = session.update("frames", result.boxes.numpy(), image, extras.recovered, extras.features)
             yield Results(
                 torch.from_numpy(boxes), self.names, image.shape[:2], image, name, session.frame, ids_tensor(ids)
             )

@@ -10,6 +10,7 @@ from torch import nn
 from models.nn.common import Conv
 from models.nn.config import LAYERS, PROBE_SIZE, LayerPlan, check_model_cost, load_cfg, plan_layers, short_repr
 from models.nn.family import Family, family_of_config
+from models.nn.features import HeadInputTap
 from models.nn.head import is_end2end, set_end2end
 from models.nn.segment import detection_maps
 from models.nn.task import Task, task_of_config
@@ -102,6 +103,10 @@ class Model(nn.Module):
     @end2end.setter
     def end2end(self, enabled: bool) -> None:
         set_end2end(self, enabled)
+
+    def tap_head_inputs(self) -> HeadInputTap:
+        """A context that keeps what the head is fed on a forward (a tracker's appearance features come from it)."""
+        return HeadInputTap(self.model[-1])
 
     def forward(self, x: torch.Tensor):
         outputs = []

@@ -67,7 +67,11 @@ def test_a_users_file_is_read(tmp_path):
         ("tracker_type: bytetrack\ntrack_buffer: 2.5\n", "track_buffer must be a whole number"),
         ("tracker_type: bytetrack\nfuse_score: 1\n", "fuse_score must be true or false"),
         ("tracker_type: botsort\ngmc_method: magic\n", "gmc_method must be one of"),
-        ("tracker_type: botsort\nwith_reid: true\n", "not supported yet"),
+        ("tracker_type: botsort\nwith_reid: true\nmodel: osnet.pt\n", "a separate ReID model file is not supported"),
+        ("tracker_type: botsort\nwith_reid: yes please\n", "with_reid must be true or false"),
+        ("tracker_type: botsort\nwith_reid: true\nmodel: 3\n", "model must be a string"),
+        ("tracker_type: botsort\nappearance_thresh: 1.2\n", "appearance_thresh must be a number from 0 to 1"),
+        ("tracker_type: botsort\nproximity_thresh: -1\n", "proximity_thresh must be a number from 0 to 1"),
         ("tracker_type: bytetrack\ntrack_low_thresh: 0.5\ntrack_high_thresh: 0.4\n", "is above track_high_thresh"),
         ("a: &x [1]\nb: *x\n", "aliases"),
         ("tracker_type: [unclosed\n", "could not be read as YAML"),
@@ -86,3 +90,18 @@ def test_unknown_name_is_one_line(tmp_path):
         load_tracker_config("strongsort.yaml")
     with pytest.raises(TrackerError, match="nor an existing YAML file"):
         load_tracker_config(tmp_path)  # a folder
+
+
+@pytest.mark.parametrize("kind", ["botsort", "tracktrack"])
+def test_with_reid_is_accepted_with_the_detectors_features(tmp_path, kind):
+    path = tmp_path / "reid.yaml"
+    path.write_text(f"tracker_type: {kind}\nwith_reid: true\nmodel: auto\n")
+    config = load_tracker_config(path)
+    assert config.with_reid and config.model == "auto"
+
+
+def test_with_reid_on_a_tracker_without_appearance_warns(tmp_path, log):
+    path = tmp_path / "reid.yaml"
+    path.write_text("tracker_type: bytetrack\nwith_reid: true\n")
+    assert load_tracker_config(path).with_reid
+    assert any("with_reid has no effect on bytetrack" in m for m in log.messages)

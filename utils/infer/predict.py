@@ -22,6 +22,7 @@ from utils.data.augment import check_img_size
 from utils.errors import DetectError
 from utils.infer.masks import InstanceMasks, instance_masks
 from utils.infer.sources import Source, load_sources
+from utils.infer.track_inputs import FrameExtras, TrackerFeed
 from utils.log import LOGGER, speed_line
 from utils.torch_utils import time_sync
 from utils.track.session import TrackingSession
@@ -111,6 +112,7 @@ class Prediction:
     fps: float  # a stream's frame rate
     input_shape: tuple[int, ...]  # the letterboxed (1, 3, H, W) tensor's shape
     times: tuple[float, float, float]  # seconds: pre-process, inference, NMS
+    extras: FrameExtras | None = None  # what the tracker asked for besides the boxes (Predictor.serve)
 
 
 @dataclass
@@ -279,6 +281,12 @@ class Predictor:
         self.numpy_input = getattr(model, "own_threads", False) and device.type == "cpu"
         self.shapes: list[tuple[int, ...]] = []  # distinct input tensor shapes, for the speed line
         self.skipped: list[str] = []  # inputs of the last stream that could not be read
+        self.feed: TrackerFeed | None = None  # what a tracker asks for besides the boxes (serve)
+        self.extras: FrameExtras | None = None  # the last image's, when serving a tracker
+
+    def serve(self, needs) -> None:
+        """From now on compute, as self.extras, what a tracker needs besides the boxes (a TrackerNeeds or None)."""
+        self.feed = TrackerFeed(self.model, needs, self.family.end2end) if needs else None
 
     def _checked_classes(self, classes) -> list[int] | None:
         """Class ids as a list (one id may be a plain int, as YOLOv5 allows); DetectError for ids the model lacks."""
@@ -322,20 +330,20 @@ class Predictor:
     def _raw(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The model's predictions of x (a segment model's rows with their mask coefficients appended) and its
         prototypes (None when the task has no masks)."""
-        out = self.model(x)
-        if not self.masks:
-            return out[0].float(), None
-        return torch.cat((out[0].float(), out.coefficients.float()), 2), out.protos
+        out = self.feed.forward(self.model, x) if self.feed else self.model(x)
+        pred = out[0].float() if not self.masks else torch.cat((out[0].float(), out.coefficients.float()), 2)
+        return (self.feed.mark_rows(pred) if self.feed else pred), out.protos if self.masks else None
 
     def _timed(self, im: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[float]]:
         """(input tensor, detections, prototypes or None, [pre-process, inference, NMS] seconds) for one
-        letterboxed image."""
+        letterboxed image; serving a tracker, each detection row ends with its prediction row's index."""
         t0 = time_sync(self.device)
         x = self.preprocess(im)
         t1 = time_sync(self.device)
         pred, protos = self._raw(x)
         t2 = time_sync(self.device)
-        det = self.nms(pred, extra=0 if protos is None else protos.shape[1])
+        extra = (0 if protos is None else protos.shape[1]) + (self.feed.row_columns if self.feed else 0)
+        det = self.nms(pred, extra=extra)
         t3 = time_sync(self.device)
         return x, det, protos, [t1 - t0, t2 - t1, t3 - t2]
 
@@ -358,6 +366,10 @@ class Predictor:
             det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], original.shape)
             if self.family.pixel_boxes:
                 det[:, :4] = det[:, :4].round()
+            if self.feed:  # the tracker's extras: post-processing time
+                t0 = time_sync(self.device)
+                det, self.extras = self.feed.split(det, self, x.shape[2:], original.shape)
+                times[2] += time_sync(self.device) - t0
             masks = None
             if protos is not None:
                 t0 = time_sync(self.device)
@@ -391,7 +403,8 @@ class Predictor:
                 text = detections_text(boxes, self.names)
                 LOGGER.info("%s%dx%d %s%.1fms", log, h, w, text, times[1] * 1e3)
             result = ImageResult(path, frame, original.shape[:2], boxes, times[1] * 1e3, masks=masks)
-            yield Prediction(result, original, video, capture, getattr(loader, "fps", 30.0), input_shape, times)
+            fps = getattr(loader, "fps", 30.0)
+            yield Prediction(result, original, video, capture, fps, input_shape, times, self.extras)
 
 
 def tracking_session(tracker: str | Path | None, checked: Source) -> TrackingSession | None:
@@ -413,6 +426,7 @@ def detect_all(predictor: "Predictor", checked: Source, outputs, save_dir: Path,
     """detect.py's loop: every prediction of the checked source through outputs (a utils.infer.outputs.Outputs),
     tracked when a TrackingSession is given; what was done."""
     out = DetectRun(save_dir=save_dir, names=predictor.names)
+    predictor.serve(tracker.needs if tracker else None)
     stream = predictor.stream(checked, frames=tracker is not None)
     pairs = track(stream, tracker, checked.text) if tracker else ((p, None) for p in stream)
     stride = 1 if checked.stream else predictor.options.vid_stride  # a live stream's dropped frames are not counted

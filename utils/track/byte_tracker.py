@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 
+from utils.track.appearance import TrackerNeeds, frame_embeddings
 from utils.track.config import TrackerConfig
 from utils.track.matching import assign, iou_cost
 from utils.track.tracks import Track, TrackState, boxes_xyxy, predict_all, update_all
@@ -40,6 +41,7 @@ class ByteTracker:
         self.lost: list[Track] = []
         self.frame_id = 0
         self._ids = itertools.count(1)
+        self.embeddings: list | None = None  # this frame's, one per input detection (with_reid; frame_embeddings)
 
     def _costs(self, tracks: list[Track], detections: np.ndarray, fuse: bool) -> np.ndarray:
         if not tracks or not len(detections):
@@ -59,9 +61,18 @@ class ByteTracker:
         weak = real & (d[:, 4] > cfg.track_low_thresh) & (d[:, 4] < cfg.track_high_thresh)
         return d[real & (d[:, 4] >= cfg.track_high_thresh)], d[weak]
 
-    def update(self, detections: np.ndarray, frame: np.ndarray | None = None, recovered=None) -> np.ndarray:
-        """One frame; recovered (detections a looser NMS kept, TrackTrack's) is not used by ByteTrack or BoT-SORT."""
+    @classmethod
+    def needs(cls, config: TrackerConfig) -> TrackerNeeds:
+        """What this tracker needs of each frame besides its detections (nothing for ByteTrack and OC-SORT)."""
+        return TrackerNeeds()
+
+    def update(
+        self, detections: np.ndarray, frame: np.ndarray | None = None, recovered=None, features=None
+    ) -> np.ndarray:
+        """One frame; recovered (detections a looser NMS kept, TrackTrack's) is not used here; features: (n, C)
+        an embedding per detection row, used by BoT-SORT with with_reid."""
         self.frame_id += 1
+        self.embeddings = frame_embeddings(features, len(detections)) if self.config.with_reid else None
         high, low = self._split(detections)
         unconfirmed = [t for t in self.tracked if not t.is_activated]
         pool = [t for t in self.tracked if t.is_activated] + self.lost

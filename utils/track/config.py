@@ -11,10 +11,12 @@ from pathlib import Path
 
 from utils.errors import TrackerError
 from utils.files import DATA_DIR
+from utils.log import LOGGER
 from utils.safe_yaml import read_yaml
 
 TRACKER_TYPES = ("bytetrack", "botsort", "ocsort", "tracktrack")
 NOT_AVAILABLE = ("deepocsort", "fasttrack")  # Ultralytics 8.4's other tracker types
+REID_TYPES = ("botsort", "tracktrack")  # the trackers that use appearance (with_reid)
 GMC_METHODS = ("sparseOptFlow", "orb", "sift", "ecc", "none")
 DEFAULT_TRACKER = DATA_DIR / "default_tracker.yaml"  # --track with no file (chosen as docs/tracking.md says)
 MAX_TRACK_BUFFER = 100_000  # frames a lost track is kept; more would only grow the lost list without bound
@@ -32,10 +34,10 @@ class TrackerConfig:
     match_thresh: float = 0.8  # largest 1 - IoU (times score with fuse_score) of a first-stage match
     fuse_score: bool = True
     gmc_method: str = "sparseOptFlow"  # BoT-SORT's camera-motion compensation
-    proximity_thresh: float = 0.5  # ReID settings, read and checked; ReID itself is not available yet
-    appearance_thresh: float = 0.8
-    with_reid: bool = False
-    model: str = "auto"
+    proximity_thresh: float = 0.5  # BoT-SORT's ReID: appearance counts only where IoU >= this ...
+    appearance_thresh: float = 0.8  # ... and cosine similarity >= this
+    with_reid: bool = False  # BoT-SORT and TrackTrack: also match by appearance
+    model: str = "auto"  # the embeddings' source: the detector's own features (the only one available)
     delta_t: int = 3  # OC-SORT: frames back its direction of motion is measured over
     inertia: float = 0.2  # OC-SORT: weight of the direction cost (OCM) in the first association
     use_byte: bool = False  # OC-SORT: also match weak detections (ByteTrack's second association)
@@ -121,8 +123,15 @@ def tracker_config_from_dict(data, source: str) -> TrackerConfig:
             f"{source}: track_low_thresh ({config.track_low_thresh}) is above track_high_thresh "
             f"({config.track_high_thresh}): no detection could reach the second association"
         )
-    if config.with_reid:
-        raise TrackerError(f"{source}: with_reid: true is not supported yet (appearance ReID is a later step)")
+    if config.with_reid and config.model != "auto":
+        raise TrackerError(
+            f"{source}: model: {config.model!r}: with_reid takes its embeddings from the detector's own features "
+            "(model: auto); a separate ReID model file is not supported"
+        )
+    if config.with_reid and config.tracker_type not in REID_TYPES:
+        LOGGER.warning(
+            f"WARNING: {source}: with_reid has no effect on {config.tracker_type} (only on botsort and tracktrack)"
+        )
     return config
 
 

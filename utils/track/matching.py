@@ -9,11 +9,11 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
     if not len(a) or not len(b):
         return np.zeros((len(a), len(b)))
-    w = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
-    h = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
+    w = np.maximum(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0)
+    h = np.maximum(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0)
     inter = w * h
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    area_a = np.maximum(a[:, 2] - a[:, 0], 0) * np.maximum(a[:, 3] - a[:, 1], 0)
+    area_b = np.maximum(b[:, 2] - b[:, 0], 0) * np.maximum(b[:, 3] - b[:, 1], 0)
     return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
 
 
@@ -34,19 +34,25 @@ def assign(cost: np.ndarray, max_cost: float) -> tuple[list[tuple[int, int]], li
     pair and two unpaired ones beat two poor pairs. Solved exactly by scipy on the matrix extended with one
     "unpaired" column per row and one "unpaired" row per column."""
     rows, cols = cost.shape
+    if not cost.size:
+        return [], list(range(rows)), list(range(cols))
     allowed = cost <= max_cost
     per_row, per_col = allowed.sum(1), allowed.sum(0)
     # a row and a column allowed only with each other are paired outright (the usual case for objects apart);
     # the solver sees only the rows and columns that compete
-    sole = [(i, int(np.argmax(allowed[i]))) for i in np.flatnonzero(per_row == 1)]
-    pairs = [(int(i), j) for i, j in sole if per_col[j] == 1]
-    paired_rows, paired_cols = {i for i, _ in pairs}, {j for _, j in pairs}
-    r_idx = [i for i in np.flatnonzero(per_row > 0) if i not in paired_rows]
-    c_idx = [j for j in np.flatnonzero(per_col > 0) if j not in paired_cols]
+    first = allowed.argmax(axis=1)
+    sole = (per_row == 1) & (per_col[first] == 1)
+    pairs = [(int(i), int(first[i])) for i in np.flatnonzero(sole)]
+    competing_cols = per_col > 0
+    competing_cols[first[sole]] = False
+    r_idx = np.flatnonzero((per_row > 0) & ~sole).tolist()
+    c_idx = np.flatnonzero(competing_cols).tolist()
     if r_idx and c_idx:
         pairs += _solve(cost[np.ix_(r_idx, c_idx)], max_cost, r_idx, c_idx)
-    matched_rows, matched_cols = {i for i, _ in pairs}, {j for _, j in pairs}
-    return pairs, [i for i in range(rows) if i not in matched_rows], [j for j in range(cols) if j not in matched_cols]
+    row_left, col_left = np.ones(rows, bool), np.ones(cols, bool)
+    if pairs:
+        row_left[[i for i, _ in pairs]] = col_left[[j for _, j in pairs]] = False
+    return pairs, np.flatnonzero(row_left).tolist(), np.flatnonzero(col_left).tolist()
 
 
 def _solve(cost: np.ndarray, max_cost: float, row_ids: list, col_ids: list) -> list[tuple[int, int]]:

@@ -39,23 +39,39 @@ class Observations:
         for old in sorted(self.boxes)[: max(len(self.boxes) - self.delta_t - 2, 0)]:
             del self.boxes[old]
 
-    def update_direction(self) -> None:
-        """Unit vector from the centre of the latest detection at least delta_t frames back (else the earliest) to
-        the last one's; zero if it did not move, None with a single detection."""
-        frames = sorted(self.boxes)
+    def reference_frames(self) -> tuple[int, int]:
+        """The frames of the last detection and of the latest one at least delta_t frames before it (else the
+        earliest): the direction of motion runs from the second to the first."""
+        frames = list(self.boxes)  # recorded in order of frames
         current = frames[-1]
         earlier = [f for f in frames if f < current - self.delta_t + 1]
-        previous = earlier[-1] if earlier else frames[0]
-        if previous == current:
-            self.direction = None
-            return
-        step = _centre(self.boxes[current]) - _centre(self.boxes[previous])
-        norm = np.linalg.norm(step)
-        self.direction = np.zeros(2, np.float32) if norm < 1e-6 else (step / norm).astype(np.float32)
+        return current, earlier[-1] if earlier else frames[0]
 
 
-def _centre(box: np.ndarray) -> np.ndarray:
-    return np.array([(box[0] + box[2]) / 2, (box[1] + box[3]) / 2])
+def update_directions(observations: list[Observations]) -> None:
+    """Each one's direction: the unit vector from the centre of its reference detection to the centre of its last
+    one (float32); zero if it did not move, None with a single detection."""
+    moved, current, previous = [], [], []
+    for obs in observations:
+        now, before = obs.reference_frames()
+        if now == before:
+            obs.direction = None
+        else:
+            moved.append(obs)
+            current.append(obs.boxes[now])
+            previous.append(obs.boxes[before])
+    if not moved:
+        return
+    step = _centres(np.array(current)) - _centres(np.array(previous))
+    norm = np.sqrt(step[:, 0] * step[:, 0] + step[:, 1] * step[:, 1])
+    unit = step / np.where(norm < 1e-6, 1, norm)[:, None]
+    for obs, n, u in zip(moved, norm, unit):
+        obs.direction = np.zeros(2, np.float32) if n < 1e-6 else u
+
+
+def _centres(boxes: np.ndarray) -> np.ndarray:
+    """(n, 2) centres of (n, 4) x1, y1, x2, y2 boxes, in their dtype."""
+    return np.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2], axis=1)
 
 
 class OcSort(ByteTracker):
@@ -83,7 +99,7 @@ class OcSort(ByteTracker):
         update_all(matched, rows, self.frame_id)
         for track in matched:
             track.obs.saved = track.mean.copy(), track.covariance.copy()
-            track.obs.update_direction()
+        update_directions([t.obs for t in matched])
         return matched
 
     def _associate_confident(self, pool: list[Track], high: np.ndarray) -> tuple[list[Track], list[int], list[int]]:
@@ -127,15 +143,15 @@ def _direction_cost(tracks: list[Track], detections: np.ndarray) -> np.ndarray:
     rows = [i for i, t in enumerate(tracks) if t.obs.direction is not None and t.obs.last[0] >= 0]
     if not rows:
         return cost
-    boxes = detection_xyxy(detections[:, :4])
-    centres = np.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2], axis=1)
-    last = np.stack([tracks[i].obs.last for i in rows])
-    ways = centres[None] - np.stack([(last[:, 0] + last[:, 2]) / 2, (last[:, 1] + last[:, 3]) / 2], axis=1)[:, None]
-    norms = np.linalg.norm(ways, axis=2)
-    for k, i in enumerate(rows):  # one product per track: the reference's (float32, by BLAS) to the last bit
-        valid = norms[k] > 1e-6
-        unit = ways[k][valid] / norms[k][valid, None]
-        cost[i, valid] = np.arccos(np.clip(unit @ tracks[i].obs.direction, -1.0, 1.0)) / np.pi
+    centres = _centres(detection_xyxy(detections[:, :4]))
+    ways = centres[None] - _centres(np.array([tracks[i].obs.last for i in rows]))[:, None]  # (r, m, 2) float32
+    norms = np.sqrt(ways[..., 0] * ways[..., 0] + ways[..., 1] * ways[..., 1])
+    valid = norms > 1e-6
+    unit = ways / np.where(valid, norms, 1)[..., None]
+    direction = np.array([tracks[i].obs.direction for i in rows])[:, None]
+    # the products written out (not a BLAS call): the reference's float32 dot of two terms, to the last bit
+    dots = np.clip(unit[..., 0] * direction[..., 0] + unit[..., 1] * direction[..., 1], -1.0, 1.0)
+    cost[rows] = np.where(valid, np.arccos(dots) / np.pi, 0)
     return cost
 
 

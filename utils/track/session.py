@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from utils.track.bot_sort import create_tracker
+from utils.track.appearance import TrackerNeeds
+from utils.track.bot_sort import create_tracker, tracker_class
 from utils.track.config import DEFAULT_TRACKER, TrackerConfig, load_tracker_config
 
 
@@ -38,14 +39,20 @@ class TrackingSession:
         self.tracker = create_tracker(self.config, frame_rate or self.frame_rate)
         self.sequence, self.frame = sequence, 0
 
+    @property
+    def needs(self) -> TrackerNeeds:
+        """What the tracker needs of each frame besides the boxes (the Predictor serves it: Predictor.serve)."""
+        return tracker_class(self.config).needs(self.config)
+
     def update(
-        self, sequence: str, boxes: np.ndarray, image: np.ndarray | None, recovered: np.ndarray | None = None
+        self, sequence: str, boxes: np.ndarray, image: np.ndarray | None, recovered=None, features=None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """recovered: (k, 6) boxes a looser NMS kept besides boxes (TrackTrack matches tracks to them too)."""
+        """recovered: (k, 6) boxes a looser NMS kept besides boxes (TrackTrack matches tracks to them too);
+        features: (n, C) an embedding per row of boxes (with_reid). Both as `needs` asks, else None."""
         if sequence != self.sequence or self.tracker is None:
             self.start(sequence)
         self.frame += 1
-        out = self.tracker.update(np.asarray(boxes, np.float64).reshape(-1, 6), image, recovered)
+        out = self.tracker.update(np.asarray(boxes, np.float64).reshape(-1, 6), image, recovered, features)
         out = out[np.argsort(-out[:, 5], kind="stable")]
         if image is not None:  # a track's box (its Kalman estimate) may reach past the frame, a detection's does not
             h, w = image.shape[:2]

@@ -17,6 +17,8 @@ def track(predictions: Iterator, session: TrackingSession, source_text: str) -> 
     its frame's tracked boxes."""
     for prediction in predictions:
         sequence = sequence_of(prediction, source_text)
-        boxes, ids = session.update(sequence, prediction.result.boxes, prediction.image)
+        extras = prediction.extras  # what the tracker asked the Predictor for (recovered boxes, embeddings)
+        recovered, features = (extras.recovered, extras.features) if extras else (None, None)
+        boxes, ids = session.update(sequence, prediction.result.boxes, prediction.image, recovered, features)
         prediction.result.boxes, prediction.result.ids = boxes, ids
         yield prediction, Tracked(ids, sequence, session.frame)

@@ -17,6 +17,14 @@ from collections import deque
 import numpy as np
 
 from utils.track import kalman
+from utils.track.appearance import (
+    LOOSE_NMS_IOU,
+    TrackerNeeds,
+    blend_embeddings,
+    cosine_distance,
+    detection_embeddings,
+    frame_embeddings,
+)
 from utils.track.byte_tracker import drop_duplicates
 from utils.track.config import TrackerConfig
 from utils.track.gmc import CameraMotion
@@ -25,6 +33,7 @@ from utils.track.tracks import Track, TrackState, boxes_xyxy, detection_xyxy, pr
 CORNER_X, CORNER_Y = [0, 0, 2, 2], [1, 3, 1, 3]  # the four corners of an x1, y1, x2, y2 box
 DELTA_T = 3  # frames over which a track's corner velocities are averaged
 SUPPORT_IOU = 0.10  # a pair needs more IoU than this to be matched at all
+SMOOTHING = 0.95  # share of a track's smoothed embedding kept at a match of score 1 (less at lower scores)
 REMOVED_MEMORY = 1000  # identities of removed tracks remembered (a lost list entry of one of them is dropped)
 
 
@@ -41,8 +50,8 @@ class TtTrack(Track):
 
     def remember(self, frame_id: int, box: np.ndarray) -> None:
         self.history[frame_id] = self.last_box = box
-        if len(self.history) > DELTA_T + 1:
-            del self.history[min(self.history)]
+        if len(self.history) > DELTA_T + 1:  # frames come in order: the first key is the oldest
+            del self.history[next(iter(self.history))]
 
     def box_back(self, frame_id: int, dt: int) -> np.ndarray:
         """The box of frame_id - dt, else the last one remembered."""
@@ -53,8 +62,9 @@ class Detections:
     """One frame's detections for TrackTrack: rows x1, y1, x2, y2, score, cls, index (-1: recovered), and the boxes
     and scores in float32 as the reference holds them; confident ones first, then weak, then recovered."""
 
-    def __init__(self, rows: np.ndarray, n_high: int, n_low: int):
+    def __init__(self, rows: np.ndarray, n_high: int, n_low: int, embeddings: list | None = None):
         self.rows, self.n_high, self.n_low = rows, n_high, n_low
+        self.embeddings = embeddings or [None] * len(rows)  # with_reid: the confident ones' (normalized)
         self.box32 = detection_xyxy(rows[:, :4])
         self.score32 = rows[:, 4].astype(np.float32)
 
@@ -63,7 +73,8 @@ class Detections:
 
     def subset(self, index) -> "Detections":
         index = np.asarray(index, np.int64)
-        return Detections(self.rows[index], int((index < self.n_high).sum()), 0)
+        embeddings = [self.embeddings[i] for i in index]
+        return Detections(self.rows[index], int((index < self.n_high).sum()), 0, embeddings)
 
 
 class TrackTrack:
@@ -84,7 +95,12 @@ class TrackTrack:
         self._ids = itertools.count(1)
         self.camera.reset()
 
-    def _detections(self, detections, recovered) -> Detections:
+    @classmethod
+    def needs(cls, config: TrackerConfig) -> TrackerNeeds:
+        """Recovered boxes always; embeddings with with_reid (model: auto)."""
+        return TrackerNeeds(loose_nms_iou=LOOSE_NMS_IOU, embeddings=config.with_reid and config.model == "auto")
+
+    def _detections(self, detections, recovered, features) -> Detections:
         d = np.asarray(detections, np.float64).reshape(-1, 6)
         d = np.concatenate([d, np.arange(len(d), dtype=np.float64)[:, None]], axis=1)
         cfg = self.config
@@ -97,11 +113,15 @@ class TrackTrack:
             r = np.asarray(recovered, np.float64).reshape(-1, 6)
             r = r[(r[:, 2] > r[:, 0]) & (r[:, 3] > r[:, 1]) & (r[:, 4].astype(np.float32) > cfg.track_high_thresh)]
             extra = np.concatenate([r, -np.ones((len(r), 1))], axis=1)
-        return Detections(np.concatenate([high, low, extra]), len(high), len(low))
+        features = frame_embeddings(features, len(d)) if cfg.with_reid else None
+        embeddings = detection_embeddings(features, high) + [None] * (len(low) + len(extra))  # the reference's
+        return Detections(np.concatenate([high, low, extra]), len(high), len(low), embeddings)
 
-    def update(self, detections: np.ndarray, frame: np.ndarray | None = None, recovered=None) -> np.ndarray:
+    def update(
+        self, detections: np.ndarray, frame: np.ndarray | None = None, recovered=None, features=None
+    ) -> np.ndarray:
         self.frame_id += 1
-        dets = self._detections(detections, recovered)
+        dets = self._detections(detections, recovered, features)
         unconfirmed = [t for t in self.tracked if t.state != TrackState.TRACKED]
         pool = [t for t in self.tracked if t.state == TrackState.TRACKED]
         ids = {t.track_id for t in pool}
@@ -110,15 +130,12 @@ class TrackTrack:
             affine = self.camera.estimate(frame, dets.box32[: dets.n_high])
             warp_all(pool, affine)
             warp_all(unconfirmed, affine)
-        predict_all(pool)
-        predict_all(unconfirmed)
+        predict_all(pool + unconfirmed)
 
         cost = self._cost(pool, dets)
         cost[:, dets.n_high : dets.n_high + dets.n_low] += np.float32(self.config.penalty_p)
         cost[:, dets.n_high + dets.n_low :] += np.float32(self.config.penalty_q)
-        pairs, left, dets_left = iterative_assign(
-            np.clip(cost, 0, 1), self.config.match_thresh, self.config.reduce_step
-        )
+        pairs, left, dets_left = iterative_assign(_clip01(cost), self.config.match_thresh, self.config.reduce_step)
         activated, refound, lost, removed = [], [], [], []
         for i, _ in pairs:
             (activated if pool[i].state == TrackState.TRACKED else refound).append(pool[i])
@@ -133,7 +150,7 @@ class TrackTrack:
         leftover = self._second_chance(pool, lost, leftover, refound)
         active = [t for t in self.tracked if t.state == TrackState.TRACKED] + activated
         for j in np.flatnonzero(self._allowed_births(active, leftover)):
-            activated.append(self._start(leftover.rows[j], leftover.score32[j]))
+            activated.append(self._start(leftover, j))
         for track in self.lost:
             if self.frame_id - track.frame_id > self.max_time_lost:
                 track.state = TrackState.REMOVED
@@ -175,8 +192,10 @@ class TrackTrack:
         self._take(waiting, leftover, pairs)
         return leftover.subset(dets_left)
 
-    def _start(self, row: np.ndarray, score32: np.float32) -> TtTrack:
-        track = TtTrack(row, score32)
+    def _start(self, dets: Detections, j: int) -> TtTrack:
+        row = dets.rows[j]
+        track = TtTrack(row, dets.score32[j])
+        blend_embeddings([track], [dets.embeddings[j]], 0.0)
         mean, cov = kalman.initiate(xyxy_to_state(row[:4], False))
         track.mean, track.covariance = mean[0], cov[0]
         track.track_id = next(self._ids)
@@ -195,19 +214,21 @@ class TrackTrack:
         cols = [j for _, j in pairs]
         rows, box32, score32 = dets.rows[cols], dets.box32[cols], dets.score32[cols]
         mean, cov = kalman.update(
-            np.stack([t.mean for t in matched]),
-            np.stack([t.covariance for t in matched]),
+            np.array([t.mean for t in matched]),
+            np.array([t.covariance for t in matched]),
             xyxy_to_state(rows[:, :4], False),
             confidence=rows[:, 4],
         )
-        advancing = []
-        for k, (track, row) in enumerate(zip(matched, rows)):
-            if track.state in (TrackState.TRACKED, TrackState.NEW):
-                advancing.append(k)
+        advancing, found = [], []
+        for k, (track, (score, cls, index)) in enumerate(zip(matched, rows[:, 4:7].tolist())):
+            (advancing if track.state in (TrackState.TRACKED, TrackState.NEW) else found).append(k)
             track.prev_score, track.mean, track.covariance = track.score32, mean[k], cov[k]
-            track.score32, track.score, track.cls, track.det_index = score32[k], row[4], row[5], int(row[6])
+            track.score32, track.score, track.cls, track.det_index = score32[k], score, cls, int(index)
             track.frame_id = self.frame_id
-        for k in set(range(len(matched))) - set(advancing):
+        if self.config.with_reid:  # a confident match keeps more of the track's past appearance
+            keep = SMOOTHING + (1 - SMOOTHING) * (1 - rows[:, 4])
+            blend_embeddings(matched, [dets.embeddings[j] for j in cols], keep)
+        for k in found:
             matched[k].remember(self.frame_id, matched[k].xyxy)
             matched[k].tracklet_len, matched[k].state, matched[k].is_activated = 0, TrackState.TRACKED, True
         if advancing:
@@ -220,6 +241,10 @@ class TrackTrack:
         track_boxes = boxes_xyxy(tracks).astype(np.float32)
         iou = iou32(track_boxes, dets.box32)
         cost = 1.0 - _vertical_iou(track_boxes, dets.box32) * iou
+        if self.config.with_reid:  # a pair without an embedding on either side is judged on motion alone
+            appearance = cosine_distance([t.smoothed for t in tracks], dets.embeddings)
+            mixed = self.config.iou_weight * cost + self.config.reid_weight * appearance
+            cost = np.where(np.isnan(appearance), cost, mixed)
         current = np.array([t.score32 for t in tracks])
         projected = current + (current - np.array([t.prev_score for t in tracks]))
         cost += self.config.conf_weight * np.abs(projected[:, None] - dets.score32[None])
@@ -228,19 +253,21 @@ class TrackTrack:
         if len(pairs[0]):
             cost[pairs] += self.config.angle_weight * self._angle_cost(tracks, dets, pairs)
         cost[~supported] = 1.0
-        return np.clip(cost, 0, 1)
+        return _clip01(cost)
 
     def _angle_cost(self, tracks: list, dets: Detections, pairs) -> np.ndarray:
         """For the (track, detection) index pairs: the mean over the four corners of the angle (of pi) between the
         corner's velocity and the way from its box DELTA_T frames back to the detection's, times the score."""
         rows, cols = pairs
-        back = np.stack([tracks[i].box_back(self.frame_id, DELTA_T) for i in rows])
-        ways = dets.box32[cols] - back
+        back = [t.box_back(self.frame_id, DELTA_T) for t in tracks]
+        wide = np.array([b.dtype == np.float64 for b in back])
+        back = np.array(back, np.float64)[rows]  # float64 only if one of the pairs' boxes is, as the reference's
+        ways = dets.box32[cols] - (back if wide[rows].any() else back.astype(np.float32))
         dx, dy = ways[:, CORNER_X], ways[:, CORNER_Y]
         norm = np.sqrt(dx * dx + dy * dy) + 1e-5
         dx /= norm
         dy /= norm
-        velocity = np.stack([tracks[i].velocity for i in rows])
+        velocity = np.array([t.velocity for t in tracks])[rows]
         dot = velocity[:, :, 0] * dx + velocity[:, :, 1] * dy
         angle = np.abs(np.arccos(np.clip(dot, -1, 1))).mean(axis=-1) / np.pi
         return angle * dets.score32[cols]
@@ -286,16 +313,15 @@ def _advance(tracks: list, boxes: np.ndarray, frame_id: int, min_track_len: int)
     for track, box in zip(tracks, boxes):
         track.tracklet_len += 1
         track.remember(frame_id, box)
+    back = [t.box_back(frame_id, dt) for dt in range(1, DELTA_T + 1) for t in tracks]  # (DELTA_T * n), dt first
+    wide = np.array([b.dtype == np.float64 for b in back]).reshape(DELTA_T, len(tracks), 1, 1)
+    back = np.array(back, np.float64).reshape(DELTA_T, len(tracks), 4)
+    # every step both ways (float32 for float32 boxes, float64 for Kalman ones), each row then takes its own
+    narrow_steps = _unit_steps(boxes[None] - back.astype(np.float32))
+    wide_steps = _unit_steps(boxes[None] - back)
     velocity = np.zeros((len(tracks), 4, 2), np.float32)
-    for dt in range(1, DELTA_T + 1):
-        back = [t.box_back(frame_id, dt) for t in tracks]
-        wide = np.array([b.dtype == np.float64 for b in back])
-        for idx in (np.flatnonzero(~wide), np.flatnonzero(wide)):
-            if len(idx):
-                step = boxes[idx] - np.stack([back[i] for i in idx])
-                dx, dy = step[:, CORNER_X], step[:, CORNER_Y]
-                norm = np.sqrt(dx * dx + dy * dy) + 1e-5
-                velocity[idx] += np.stack([dx / norm, dy / norm], axis=-1) / dt
+    for k in range(DELTA_T):
+        velocity += np.where(wide[k], wide_steps[k] / (k + 1), narrow_steps[k] / (k + 1))
     velocity /= DELTA_T
     for track, v in zip(tracks, velocity):
         track.velocity = v
@@ -303,11 +329,18 @@ def _advance(tracks: list, boxes: np.ndarray, frame_id: int, min_track_len: int)
             track.state, track.is_activated = TrackState.TRACKED, True
 
 
+def _unit_steps(steps: np.ndarray) -> np.ndarray:
+    """(..., 4, 2) unit vectors of each corner's step of (..., 4) x1, y1, x2, y2 box steps, in their dtype."""
+    dx, dy = steps[..., CORNER_X], steps[..., CORNER_Y]
+    norm = np.sqrt(dx * dx + dy * dy) + 1e-5
+    return np.stack([dx / norm, dy / norm], axis=-1)
+
+
 def iou32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IoU (n, m) of float32 x1, y1, x2, y2 boxes, in float32 and the reference's order of operations (TrackTrack's
     thresholds are met or missed on the last bit)."""
-    w = (np.minimum(a[:, None, 2], b[:, 2]) - np.maximum(a[:, None, 0], b[:, 0])).clip(0)
-    h = (np.minimum(a[:, None, 3], b[:, 3]) - np.maximum(a[:, None, 1], b[:, 1])).clip(0)
+    w = np.maximum(np.minimum(a[:, None, 2], b[:, 2]) - np.maximum(a[:, None, 0], b[:, 0]), 0)
+    h = np.maximum(np.minimum(a[:, None, 3], b[:, 3]) - np.maximum(a[:, None, 1], b[:, 1]), 0)
     inter = w * h
     union = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) + ((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]))[:, None] - inter
     return inter / (union + 1e-7)
@@ -318,7 +351,7 @@ def _vertical_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     reaches lower in the frame, so boxes at other depths overlap less vertically)."""
     overlap = np.minimum(a[:, 3:4], b[:, 3:4].T) - np.maximum(a[:, 1:2], b[:, 1:2].T)
     union = np.maximum(a[:, 3:4], b[:, 3:4].T) - np.minimum(a[:, 1:2], b[:, 1:2].T)
-    return np.clip(overlap / (union + 1e-9), 0, 1)
+    return _clip01(overlap / (union + 1e-9))
 
 
 def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[list, list[int], list[int]]:
@@ -334,9 +367,9 @@ def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[l
         if not new:
             break
         pairs += new
-        for i, j in new:
-            cost[i, :] = np.inf
-            cost[:, j] = np.inf
+        taken = np.array(new)
+        cost[taken[:, 0], :] = np.inf
+        cost[:, taken[:, 1]] = np.inf
         threshold -= step
     rows_used, cols_used = {i for i, _ in pairs}, {j for _, j in pairs}
     return (
@@ -344,6 +377,11 @@ def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[l
         [i for i in range(cost.shape[0]) if i not in rows_used],
         [j for j in range(cost.shape[1]) if j not in cols_used],
     )
+
+
+def _clip01(x: np.ndarray) -> np.ndarray:
+    """x clipped to [0, 1] in its dtype (np.clip's result, two ufuncs cheaper than its wrapper)."""
+    return np.minimum(np.maximum(x, 0), 1)
 
 
 def _iou_cost32(a: np.ndarray, b: np.ndarray) -> np.ndarray:

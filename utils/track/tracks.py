@@ -66,6 +66,8 @@ class Track:
         self.is_activated = False
         self.expired = False  # lost past the tracker's buffer (ByteTracker._bookkeep)
         self.obs = None  # what OC-SORT remembers of its detections (oc_sort.Observations)
+        self.embedding: np.ndarray | None = None  # with_reid: the last matched detection's (normalized)
+        self.smoothed: np.ndarray | None = None  # with_reid: the moving average of them (appearance.blend_embeddings)
         self.start_frame = self.frame_id = 0
 
     def activate(self, track_id: int, frame_id: int, confirmed: bool) -> None:
@@ -101,8 +103,8 @@ def update_all(tracks: list[Track], detections: np.ndarray, frame_id: int) -> No
     one batched Kalman update."""
     if not tracks:
         return
-    mean = np.stack([t.mean for t in tracks])
-    cov = np.stack([t.covariance for t in tracks])
+    mean = np.array([t.mean for t in tracks])
+    cov = np.array([t.covariance for t in tracks])
     aspect = tracks[0].aspect
     mean, cov = kalman.update(mean, cov, xyxy_to_state(detections[:, :4], aspect), aspect)
     for t, d, m, c in zip(tracks, detections, mean, cov):
@@ -116,8 +118,8 @@ def predict_all(tracks: list[Track]) -> None:
     if not tracks:
         return
     aspect = tracks[0].aspect
-    mean = np.stack([t.mean for t in tracks])
-    cov = np.stack([t.covariance for t in tracks])
+    mean = np.array([t.mean for t in tracks])
+    cov = np.array([t.covariance for t in tracks])
     unseen = np.array([t.state != TrackState.TRACKED for t in tracks])
     mean[unseen, 7 if aspect else slice(6, 8)] = 0
     mean, cov = kalman.predict(mean, cov, aspect)
@@ -129,6 +131,6 @@ def warp_all(tracks: list[Track], affine: np.ndarray) -> None:
     """Apply a camera-motion affine (2x3) to every track's (cx, cy, w, h) state."""
     if not tracks or np.allclose(affine, np.eye(2, 3)):
         return
-    mean, cov = kalman.warp(np.stack([t.mean for t in tracks]), np.stack([t.covariance for t in tracks]), affine)
+    mean, cov = kalman.warp(np.array([t.mean for t in tracks]), np.array([t.covariance for t in tracks]), affine)
     for t, m, c in zip(tracks, mean, cov):
         t.mean, t.covariance = m, c
