@@ -86,6 +86,10 @@ class TestError(YoloError):
     """A validation request that cannot be carried out; the message is one line."""
 
 
+class BenchmarkError(YoloError):
+    """A benchmark that cannot start (unknown format, no val split), or one step of a format that failed; one line."""
+
+
 class MetricsError(YoloError):
     """Inputs the metrics cannot use (unreadable JSON, unknown image ids); the message is one line."""
 

@@ -275,16 +275,17 @@ def _our_metadata(path: Path) -> bool:
 
 def _our_folder(folder: Path) -> bool:
     """Whether folder holds nothing but a folder export of ours (OpenVINO, NCNN: its format's files and
-    metadata.yaml), or nothing at all."""
-    entries = list(folder.iterdir())
+    metadata.yaml; CoreML's .mlpackage: its files in its own subfolders, the metadata inside), or nothing at all."""
+    fmt = format_of(folder)
+    entries = list(folder.rglob("*") if fmt.nested else folder.iterdir())  # rglob does not enter linked folders
     if not entries:
         return True  # replacing an empty folder loses nothing
     for entry in entries:
-        if entry.is_symlink() or not entry.is_file():
+        if entry.is_symlink() or not (entry.is_file() or (fmt.nested and entry.is_dir())):
             return False
-        if entry.suffix not in format_of(folder).files and entry.name != "metadata.yaml":
+        if entry.is_file() and entry.suffix not in fmt.files and entry.name != "metadata.yaml":
             return False
-    return (folder / "metadata.yaml").is_file() and _our_metadata(folder)
+    return (fmt.nested or (folder / "metadata.yaml").is_file()) and _our_metadata(folder)
 
 
 def is_our_export(path: Path) -> bool:
@@ -372,15 +373,18 @@ def check_int8(formats: list[str], options: ExportOptions) -> list[str]:
     format that is not quantized, a missing quantization package, a data YAML whose split has no images."""
     if not options.int8:
         return []
-    if not options.data:
+    calibrated = [f for f in formats if not (f in FORMATS and FORMATS[f].int8_weights_only)]  # CoreML: weights only
+    if not options.data and calibrated:
         raise QuantizationError("--int8 needs --data: a data YAML whose val images calibrate the quantization")
     others = [f for f in formats if f not in INT8_FORMATS]
     if others:
         raise QuantizationError(f"--int8 quantizes {', '.join(INT8_FORMATS)} exports, not {others[0]}: drop it")
     if options.half:
         raise QuantizationError("--int8 and --half are exclusive: pick one precision")
+    if not calibrated:
+        return []
     files = quantize.calibration_files(options.data, options.calib_images)  # a data problem first, with or without
-    for fmt in formats:  # the quantizer installed
+    for fmt in calibrated:  # the quantizer installed
         if fmt != "engine":
             quantize.require_quantizer(fmt, options.onnx_quantizer)
     return files

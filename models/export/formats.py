@@ -8,6 +8,7 @@ The writer, reader and backend are named as "module:attribute" and imported on f
 none of the modules it names."""
 
 import importlib
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,9 @@ class ExportFormat:
     files: tuple[str, ...] = ()  # a folder export's file suffixes (with metadata.yaml, all that one of ours holds)
     static: bool = False  # its runtime takes one input shape: exported at --img-size, batch 1, whatever --dynamic
     converts_half: bool = False  # --half: its converter writes FP16 from a float32 trace, on any device
+    int8_weights_only: bool = False  # --int8 quantizes the weights alone: no calibration images, no --data
+    nested: bool = False  # a folder export with subfolders of its own (CoreML's .mlpackage)
+    runs_on: str = ""  # what its runtime needs beyond the packages: "cuda" (TensorRT), "macos" (CoreML)
 
     def path_for(self, weights: Path, int8: bool = False) -> Path:
         """Where an export of weights goes: beside them, with YOLOv5's names (int8 ones with _int8 after the stem)."""
@@ -44,6 +48,15 @@ class ExportFormat:
 
     def load_backend(self, path: Path, device, bf16: bool = False):
         return _resolve(self.backend)(path, device, bf16)
+
+    def cannot_run_here(self, device) -> str:
+        """Why this machine cannot run this format's exports, by its runs_on ('' when nothing stands in the way but
+        perhaps a package, which its backend names)."""
+        if self.runs_on == "cuda" and getattr(device, "type", str(device)) != "cuda":
+            return f"{self.name} runs on CUDA only: pass --device 0 on a machine with a GPU and tensorrt"
+        if self.runs_on == "macos" and platform.system() != "Darwin":
+            return f"{self.name} runs on macOS only (this is {platform.system()})"
+        return ""
 
 
 def _resolve(ref: str):
@@ -96,6 +109,7 @@ FORMATS = {
             writer=f"{_EXPORTER}:export_engine",
             metadata=f"{_METADATA}:engine_metadata",
             backend=f"{_BACKENDS}:engine_backend",
+            runs_on="cuda",
         ),
         ExportFormat(
             "ncnn",
@@ -133,6 +147,22 @@ FORMATS = {
             backend="models.export.executorch_format:ExecuTorchBackend",
             files=(".pte",),
             static=True,
+        ),
+        ExportFormat(
+            "coreml",
+            ".mlpackage",
+            folder=True,
+            int8=True,
+            bf16=False,
+            writer="models.export.coreml_format:export_coreml",
+            metadata="models.export.coreml_format:coreml_metadata",
+            backend="models.export.coreml_format:CoreMLBackend",
+            files=(".json", ".mlmodel", ".bin"),
+            static=True,
+            converts_half=True,
+            int8_weights_only=True,
+            nested=True,
+            runs_on="macos",
         ),
     )
 }

@@ -41,6 +41,11 @@ INTERRUPTED = "interrupted"  # hours of CPU training: a Ctrl-C in its first epoc
 INTERRUPT_AFTER = 120.0  # seconds: at the latest, if the training never gets to its first epoch
 INTERRUPT_INTO_EPOCH = 3.0  # seconds of the first epoch before the Ctrl-C
 
+COREML_SKIP = (
+    "a minute or more of conversion with coremltools (requirements-edge.txt): tests/models/export/test_coreml.py runs "
+    "the FP32, FP16 and INT8 exports and checks what can be checked off macOS"
+)
+
 # How each README command is checked here; a str that is none of the above is the reason it is not run.
 CHECKS = {
     "git clone <this repository> && cd <it>": "placeholder: this test runs in a copy of the checkout",
@@ -57,6 +62,13 @@ CHECKS = {
     "--device 0,1,2,3": "needs 4 CUDA GPUs (tests/commands/test_train.py runs a 2-process gloo torchrun)",
     "python -m torch.distributed.run --nnodes 2 --node_rank 0 --nproc_per_node 8 --master_addr 10.0.0.1 "
     "--master_port 29500 train.py --data coco.yaml --weights yolov5s.pt": "needs two machines with 8 GPUs each",
+    "python benchmark.py --weights yolov5n.pt --data coco128.yaml --img 640": "every format's export and three "
+    "measurements on 128 images: tens of minutes (tests/commands/test_benchmark.py benchmarks real exports)",
+    "python benchmark.py --weights yolov5n.pt --data coco128.yaml --include onnx openvino --int8": "minutes of "
+    "calibration: tests/models/export/test_int8.py runs these INT8 exports and checks their COCO128 mAP",
+    "python export.py --weights yolov5n.pt --include coreml": COREML_SKIP,
+    "python export.py --weights yolov5n.pt --include coreml --half": COREML_SKIP,
+    "python export.py --weights yolov5n.pt --include coreml --int8": COREML_SKIP,
 }
 EVOLVE_SKIP = (
     "300 generations of 10 epochs: hours on a CPU (tests/train/test_evolve.py runs --evolve for 3 generations)"
