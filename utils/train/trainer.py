@@ -413,9 +413,9 @@ class Trainer:
 
     def _setup_val_loader(self, model: nn.Module) -> None:
         """The val loader, and AutoAnchor for a new run (before the run folder exists: a bad val set leaves none)."""
-        config, batch = self.config, self.train_loader.batch_size * 2
-        self.val_loader = build_val_loader(config, self.data["val"], self.imgsz, batch, self.grid, self.hyp, self.nc)
-        if not self.resuming and not config.noautoanchor and self.family.anchors:  # nothing to fit without anchors
+        val = self.data["val"], self.imgsz, self.train_loader.batch_size * 2, self.grid, self.hyp, self.nc
+        self.val_loader = build_val_loader(self.config, *val, model.task.label_rows)  # a segment model's: with masks
+        if not self.resuming and not self.config.noautoanchor and self.family.anchors:  # no anchors: nothing to fit
             check_anchors(self.dataset, model, self.hyp["anchor_t"], self.imgsz, self.seed, refit=not self.trained_head)
 
     def _setup_precision(self, model: nn.Module, ema: ModelEMA | None, scaler_state: dict | None) -> TrainingParts:
