@@ -54,8 +54,8 @@ def padded_masks(masks: torch.Tensor, targets: torch.Tensor, protos: torch.Tenso
 
 def flat_coefficients(coefficients: list[torch.Tensor]) -> torch.Tensor:
     """Per-level coefficient maps (B, nm, H, W) as (B, N, nm), points in the order the detection maps are flattened."""
-    bs, nm = coefficients[0].shape[:2]
-    return torch.cat([c.reshape(bs, nm, -1) for c in coefficients], 2).transpose(1, 2)
+    bs, channels = coefficients[0].shape[:2]
+    return torch.cat([c.reshape(bs, channels, -1) for c in coefficients], 2).transpose(1, 2)
 
 
 class AnchorFreeSegmentLoss(AnchorFreeLoss):
