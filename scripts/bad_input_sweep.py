@@ -263,6 +263,7 @@ OPTIONAL_CASES = (
     ("sweep_cases_hostile_data", "hostile_data_cases"),
     ("sweep_cases_issue35", "issue35_cases"),
     ("sweep_cases_edge", "edge_cases"),
+    ("sweep_cases_seg_data", "seg_data_cases"),
 )
 
 

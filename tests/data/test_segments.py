@@ -110,6 +110,9 @@ def test_collate_and_loader_carry_masks(tmp_path):
     assert masks.shape == (3, 16, 16) and masks.dtype == torch.uint8
     for row, mask in zip(ds[2][4], masks[1:]):  # row j of masks belongs to row j of targets
         assert torch.equal(row, mask)
+    with pytest.raises(DatasetError, match="has box labels only"):  # said before a segment model trains
+        boxes = write_split(tmp_path / "boxes", {"a": drawn(64, 64, [])}, {"a": "0 0.5 0.5 0.2 0.2\n"})
+        create_dataloader(boxes, 64, 1, 32, workers=0, label_rows="polygon", require_labels=True)
     with pytest.raises(DatasetError, match="--quad"):
         create_dataloader(images, 64, 4, 32, workers=0, quad=True, label_rows="polygon")
     with pytest.raises(DatasetError, match="label_rows"):
@@ -186,3 +189,17 @@ def test_coco128_polygons_letterboxed_masks_match_boxes(shared, tmp_path):
             np.testing.assert_allclose(mask_box(mask), [cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], atol=1.0)
             checked += 1
     assert checked > 30  # of the 54 objects of these 12 images
+
+
+def test_a_cache_whose_polygons_do_not_fit_is_checked_again(tmp_path, cache_dir, log):
+    images = write_split(tmp_path, {"a": drawn(64, 64, [SQUARE])}, {"a": polygon_row(0, SQUARE)})
+    LoadImagesAndLabels(images, img_size=64, label_rows="polygon")
+    (cache,) = cache_dir.glob("*.yolo-labels.npz")
+    with np.load(cache, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["polygon_counts"] = np.array([10**9], np.int64)  # claims more vertices than the cache holds
+    with open(cache, "wb") as f:
+        np.savez(f, **arrays)
+    ds = LoadImagesAndLabels(images, img_size=64, label_rows="polygon")
+    assert "ignoring label cache" in log.text and "do not fit together" in log.text
+    np.testing.assert_allclose(ds.segments[0][0], SQUARE, atol=1e-6)  # verified again from the label file

@@ -131,20 +131,13 @@ def _source_window(inverse: np.ndarray, out_shape: tuple[int, int], canvas_size:
 
 
 def mosaic_warp(
-    images: list[np.ndarray],
-    targets: list[np.ndarray],
-    size: int,
-    center: tuple[int, int],
-    degrees: float = 10,
-    translate: float = 0.1,
-    scale: float = 0.1,
-    shear: float = 10,
-    perspective: float = 0.0,
+    images: list[np.ndarray], targets: list[np.ndarray], size: int, center: tuple[int, int], **warp: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """mosaic4 then random_perspective(border=(-size/2, -size/2)) in one go, with the same random draws and the
     same pixels, but building only the part of the (2*size)^2 canvas that the warp reads (on average a third of it
-    at the default scale gain 0.5): the grey fill and the tile copies shrink with it."""
-    image, matrix, s, places = mosaic_warp_image(images, size, center, degrees, translate, scale, shear, perspective)
+    at the default scale gain 0.5): the grey fill and the tile copies shrink with it. warp: random_perspective's
+    degrees, translate, scale, shear and perspective."""
+    image, matrix, s, places = mosaic_warp_image(images, size, center, **warp)
     targets = _place_targets(targets, places, 2 * size)
     return image, _warp_and_filter(targets, matrix, s, (size, size))
 

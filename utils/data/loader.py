@@ -40,6 +40,19 @@ def _loader_flags(
     return rect, shuffle
 
 
+def _check_labels(dataset: LoadImagesAndLabels, require_labels: bool, prefix: str) -> None:
+    """require_labels (training): at least one label row, and for a segment model at least one polygon."""
+    if not require_labels:
+        return
+    if not any(len(lb) for lb in dataset.labels):
+        raise DatasetError(f"{prefix}{dataset._no_labels_message(dataset.im_files)}")
+    if dataset.segments is not None and not any(len(p) for image in dataset.segments for p in image):
+        raise DatasetError(
+            f"{prefix}{dataset.path} has box labels only (cls cx cy w h): a segment model learns its masks from "
+            "polygon rows (cls x1 y1 x2 y2 ...; COCO JSON segmentation, convert_dataset.py --segments)"
+        )
+
+
 def _fit_batch(batch_size: int, n_images: int, path, quad: bool, prefix: str) -> int:
     """The batch clipped to the dataset size (as YOLOv5: a small set, or one shrunk by corrupt files, is one batch),
     then under --quad down to a multiple of 4."""
@@ -95,8 +108,7 @@ def create_dataloader(
     dataset = LoadImagesAndLabels(
         path, imgsz, batch_size, stride=int(stride), prefix=prefix, nc=nc, label_rows=label_rows, **options
     )
-    if require_labels and not any(len(lb) for lb in dataset.labels):
-        raise DatasetError(f"{prefix}{dataset._no_labels_message(dataset.im_files)}")
+    _check_labels(dataset, require_labels, prefix)
     batch_size = _fit_batch(batch_size, len(dataset), path, quad, prefix)
     nw = max(0, min(os.cpu_count() or 1, batch_size, workers))
     _log_buffer(dataset, nw, prefix)

@@ -3,6 +3,7 @@ nothing that is not a regular file read.
 """
 
 import io
+import math
 import os
 import stat
 from pathlib import Path
@@ -34,6 +35,8 @@ except ImportError:  # pragma: no cover - verification falls back to a full Open
 
 
 MIN_SIZE = 10  # images smaller than this (px) on any side are rejected
+
+NO_POLYGON = np.zeros((0, 2), np.float32)  # a box row's polygon (shared, never written to)
 
 OVERSHOOT = 0.01  # normalised coordinates this far outside [0, 1] are clipped; further is an error
 
@@ -169,7 +172,7 @@ def _parse_labels(file: str, nc: int) -> tuple[np.ndarray, list[np.ndarray], str
         if len(parts) != 5 and (len(parts) < 7 or len(parts) % 2 == 0):
             raise ValueError(f"line {n}: {_row_shape_problem(len(parts))}")
         try:
-            values = np.array(parts, dtype=np.float64)
+            values = [float(v) for v in parts] if len(parts) == 5 else np.array(parts, dtype=np.float64)
         except ValueError:
             raise ValueError(f"line {n}: non-numeric value in '{line.strip()[:200]}'") from None
         rows.append((n, values))
@@ -200,20 +203,17 @@ def labels_from_rows(
     then takes the outline's box, as a polygon row does."""
     boxes, polygons, clipped = [], [], 0
     for k, (n, values) in enumerate(rows):
-        values = np.asarray(values, dtype=np.float64)
-        if not np.isfinite(values).all():
-            raise ValueError(f"line {n}: non-finite value in '{_shown(values)}'"[:300])
-        cls = values[0]
-        if cls != int(cls) or not 0 <= cls < nc:
-            raise ValueError(f"line {n}: class {cls:g} is not an integer in [0, {nc})"[:300])
-        coords = values[1:]
-        if coords.min() < -OVERSHOOT or coords.max() > 1 + OVERSHOOT:
-            raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {_shown(coords)}"[:300])
-        outline = coords if len(coords) > 4 else outlines[k] if outlines is not None else ()
+        cls, coords = _checked_row(n, values, nc)
+        if len(coords) == 4 and outlines is None:  # a box row (the common case: no arrays)
+            cx, cy, w, h = coords
+            boxes.append((cls, cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
+            polygons.append(NO_POLYGON)
+            continue
+        outline = coords if len(coords) > 4 else outlines[k]
         points, outside = inside_image(np.asarray(outline, np.float64).reshape(-1, 2))
         points = points.astype(np.float32).astype(np.float64)  # the box of what is kept (and written out)
         clipped += outside
-        polygons.append(points.astype(np.float32) if len(points) >= 3 else np.zeros((0, 2), np.float32))
+        polygons.append(points.astype(np.float32) if len(points) >= 3 else NO_POLYGON)
         if len(coords) > 4 or len(points) >= 3:  # a polygon (or outline): its part inside the image, and its box
             boxes.append((cls, *polygon_box(points)))
         else:
@@ -225,6 +225,26 @@ def labels_from_rows(
     if clipped:
         note = "; ".join(x for x in (f"{clipped} polygon vertices outside the image clipped to it", note) if x)
     return labels, [polygons[i] for i in kept], note
+
+
+def _checked_row(n: int, values, nc: int) -> tuple[float, list[float] | np.ndarray]:
+    """(class, coordinates) of a row of numbers: finite, an integer class in [0, nc), coordinates normalised (to
+    within OVERSHOOT); ValueError (one line) otherwise. A box row stays Python floats, a polygon row is an array."""
+    if len(values) > 5:
+        values = np.asarray(values, dtype=np.float64)
+        finite, low, high = bool(np.isfinite(values).all()), values[1:].min(), values[1:].max()
+    else:
+        values = [float(v) for v in values]
+        finite = all(math.isfinite(v) for v in values)
+        low, high = (min(values[1:]), max(values[1:])) if finite else (0.0, 0.0)
+    if not finite:
+        raise ValueError(f"line {n}: non-finite value in '{_shown(values)}'"[:300])
+    cls = values[0]
+    if cls != int(cls) or not 0 <= cls < nc:
+        raise ValueError(f"line {n}: class {cls:g} is not an integer in [0, {nc})"[:300])
+    if low < -OVERSHOOT or high > 1 + OVERSHOOT:
+        raise ValueError(f"line {n}: coordinates must be normalised to [0, 1], got {_shown(values[1:])}"[:300])
+    return float(cls), values[1:]
 
 
 def inside_image(points: np.ndarray) -> tuple[np.ndarray, int]:
