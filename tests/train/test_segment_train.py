@@ -2,7 +2,9 @@
 (loss items named as the peers log them, FP16 checkpoints recording the task, resume, --image-weights, --evolve)."""
 
 import csv
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ import train
 from utils.data.shapes import generate_shapes, write_data_yaml
 from utils.train import evolve as evolve_module
 from utils.train.callbacks import Callback
+from utils.train.setup import check_polygon_labels
 
 FAST = ["--img", "64", "--batch-size", "8", "--workers", "0", "--noplots"]
 
@@ -41,8 +44,18 @@ def test_a_segment_model_given_box_labels_stops_before_training(shapes_yaml, tmp
     args = ["--data", shapes_yaml, "--cfg", "yolov5n-seg.yaml", *FAST, "--epochs", 1, "--project", tmp_path]
     assert _train(*args) == 1
     errors = [r.getMessage() for r in log.records if "ERROR" in r.getMessage()]
-    assert len(errors) == 1 and "boxes only" in errors[0] and "polygon rows" in errors[0], log.text
+    assert len(errors) == 1 and "box labels only" in errors[0] and "polygon rows" in errors[0], log.text
     assert "\n" not in errors[0].strip() and not (tmp_path / "exp").exists()
+
+
+def test_box_rows_among_polygons_are_counted_in_one_warning(log):
+    polygon, box = np.array([[0.1, 0.1], [0.5, 0.1], [0.3, 0.4]], np.float32), np.zeros((0, 2), np.float32)
+    dataset = SimpleNamespace(segments=[[polygon, box], [box], []])
+    check_polygon_labels(dataset)
+    assert "2 of 3 training label rows are boxes without a polygon" in log.text
+    dataset.segments = [[polygon]]
+    check_polygon_labels(dataset)
+    assert len(log.records) == 1  # all polygons: nothing to say
 
 
 @pytest.mark.slow

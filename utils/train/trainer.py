@@ -377,11 +377,11 @@ class Trainer:
         return model
 
     def _setup_train_loader(self, model: nn.Module) -> None:
-        """The augmented training loader; no label box (a forgotten labels folder) or, for masks, polygon: refused."""
+        """The augmented training loader (it refuses a set without labels, or for masks without polygons)."""
         loader_args = self.config, self.data["train"], self.imgsz, self.batch_size, self.grid, self.hyp, self.nc
         with distributed_zero_first(LOCAL_RANK):
             self.train_loader, self.dataset = build_train_loader(*loader_args, self.seed, model.task.label_rows)
-        check_polygon_labels(self.dataset, self.config.data)
+        check_polygon_labels(self.dataset)
         self.batch_size = self.train_loader.batch_size * WORLD_SIZE  # the loader clips the batch to a small dataset
         labels = self.dataset.labels
         self.labels = np.concatenate(labels, 0) if len(labels) else np.zeros((0, 5))
