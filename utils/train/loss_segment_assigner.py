@@ -21,6 +21,12 @@ class MaskAwareAssigner(TaskAlignedAssigner):
         super().__init__(*args, **kwargs)
         self.masks = None  # (coefficients (B, N, nm), protos (B, nm, h, w), gt masks (B, M, h, w) bool, scale)
 
+    def __call__(self, *args):
+        try:
+            return super().__call__(*args)
+        finally:
+            self.masks = None  # one call's: a later call without with_masks (validation's) assigns by boxes
+
     def with_masks(self, coefficients, protos, gt_masks, scale: float) -> None:
         """This call's predicted coefficients and prototypes (detached), the objects' masks in the assigner's padded
         layout at the prototypes' size, and the prototypes' pixels per input pixel."""
