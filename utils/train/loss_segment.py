@@ -38,14 +38,14 @@ def object_mask_losses(
     One image at a time, so at most one image's objects' full maps are held at once."""
     h, w = protos.shape[2:]
     scale = torch.tensor([w, h, w, h], device=boxes.device, dtype=torch.float32)
-    pixel_boxes = boxes.float() * scale
+    mask_boxes = boxes.float() * scale
     areas = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])).float().clamp(min=1e-9)
     losses = torch.zeros(len(images), device=protos.device, dtype=torch.float32)
     for image in images.unique().tolist():
         rows = (images == image).nonzero().squeeze(1)
         logits = (coefficients[rows].float() @ protos[image].float().flatten(1)).view(-1, h, w)
         bce = F.binary_cross_entropy_with_logits(logits, gt[rows].float(), reduction="none")
-        losses = losses.index_put((rows,), crop_to_boxes(bce, pixel_boxes[rows]).mean((1, 2)) / areas[rows])
+        losses = losses.index_put((rows,), crop_to_boxes(bce, mask_boxes[rows]).mean((1, 2)) / areas[rows])
     return losses
 
 
@@ -68,9 +68,9 @@ def segment_inputs(preds) -> tuple:
     """(detection maps, prototypes, coefficients) of a segment head's output: its training dict (coefficients: the
     anchor-free heads' per-level maps; None for YOLOv5's, channels of its maps), its eval output (a MaskOutputs, the
     validation's: coefficients (B, N, nm)), or plain detection maps (prototypes and coefficients None)."""
-    if isinstance(preds, dict) and "detect" in preds:
+    if isinstance(preds, dict):
         return preds["detect"], preds["protos"], preds.get("coefficients")
-    if hasattr(preds, "protos"):
+    if isinstance(preds, tuple):  # (predictions, maps), carrying the coefficients and prototypes
         return preds[1], preds.protos, preds.coefficients
     return preds, None, None
 

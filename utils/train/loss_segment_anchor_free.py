@@ -10,7 +10,7 @@ sees the prototypes detached (its coefficients come from detached features: it t
 Ultralytics' head hands them over. YOLO26's prototype module also predicts per-class maps at stride 8 in training:
 their BCE + Dice loss (0.5 each) against the classes of the objects' masks (where objects overlap, the smallest
 one's class) is a fifth item, sem, also at the box gain. Items (box, seg, cls, dfl, sem): the one-to-one branch's.
-Ultralytics also scores each candidate's predicted mask in YOLO26's assignment; this assignment is the boxes' alone.
+Its assignment also scores each candidate's predicted mask (utils.train.loss_segment_assigner).
 """
 
 import torch
@@ -19,6 +19,7 @@ from torch.nn import functional as F  # noqa: N812
 
 from utils.train.loss_anchor_free import ONE2ONE_TOPK, TOPK, AnchorFreeLoss, EndToEndLoss, pad_targets
 from utils.train.loss_segment import object_mask_losses, segment_inputs, unused
+from utils.train.loss_segment_assigner import MaskAwareAssigner
 
 DICE_SMOOTH = 1.0  # Ultralytics' smoothing of the semantic Dice loss
 
@@ -42,10 +43,19 @@ def target_rows(targets: torch.Tensor, batch_size: int) -> torch.Tensor:
     return pad_targets(numbered, batch_size, (1, 1))[0][..., 0].long()
 
 
+def padded_masks(masks: torch.Tensor, targets: torch.Tensor, protos: torch.Tensor) -> torch.Tensor:
+    """The objects' masks (B, M, h, w) bool at the prototypes' size (nearest), in the assigner's padded layout."""
+    if tuple(masks.shape[1:]) != tuple(protos.shape[2:]) and len(masks):
+        masks = F.interpolate(masks[None].float(), protos.shape[2:], mode="nearest")[0]
+    bs = protos.shape[0]
+    _, _, real = pad_targets(targets, bs, (1, 1))
+    return masks.bool()[target_rows(targets, bs)] & real[..., None]
+
+
 def flat_coefficients(coefficients: list[torch.Tensor]) -> torch.Tensor:
     """Per-level coefficient maps (B, nm, H, W) as (B, N, nm), points in the order the detection maps are flattened."""
-    bs, nm = coefficients[0].shape[:2]
-    return torch.cat([c.reshape(bs, nm, -1) for c in coefficients], 2).transpose(1, 2)
+    bs, channels = coefficients[0].shape[:2]
+    return torch.cat([c.reshape(bs, channels, -1) for c in coefficients], 2).transpose(1, 2)
 
 
 class AnchorFreeSegmentLoss(AnchorFreeLoss):
@@ -53,9 +63,12 @@ class AnchorFreeSegmentLoss(AnchorFreeLoss):
 
     LOSS_NAMES = ("box", "seg", "cls", "dfl")
 
-    def __init__(self, model: nn.Module, hyp: dict, topk: int = TOPK, final_topk: int | None = None):
+    def __init__(self, model: nn.Module, hyp: dict, topk=TOPK, final_topk: int | None = None, mask_aware=False):
         super().__init__(model, hyp, topk, final_topk)
-        self.assigner = _RecordingAssigner(self.assigner)
+        box = self.assigner
+        if mask_aware:  # YOLO26: the overlap is the mean of box and mask IoU
+            box = MaskAwareAssigner(box.nc, box.topk, box.alpha, box.beta, box.min_side, box.final_topk)
+        self.assigner = _RecordingAssigner(box)
 
     def __call__(self, preds, targets: torch.Tensor, masks: torch.Tensor | None = None):
         maps, protos, coefficients = segment_inputs(preds)
@@ -73,9 +86,13 @@ class AnchorFreeSegmentLoss(AnchorFreeLoss):
         (B, N, nm), per-level maps or flat."""
         if isinstance(coefficients, list):
             coefficients = flat_coefficients(coefficients)
-        box, cls, dfl = self.losses(maps, targets)
         stride = int(self.head.stride[0])
         image_hw = (maps[0].shape[2] * stride, maps[0].shape[3] * stride)
+        if isinstance(self.assigner.assigner, MaskAwareAssigner):
+            self.assigner.assigner.with_masks(
+                coefficients, protos, padded_masks(masks, targets, protos), protos.shape[2] / image_hw[0]
+            )
+        box, cls, dfl = self.losses(maps, targets)
         seg = self.mask_term(self.assigner.last, coefficients, protos, targets, masks, image_hw)
         return torch.stack((box, seg * self.hyp["box"], cls, dfl))
 
@@ -128,8 +145,8 @@ class EndToEndSegmentLoss(EndToEndLoss):
     LOSS_NAMES = (*AnchorFreeSegmentLoss.LOSS_NAMES, "sem")
 
     def __init__(self, model: nn.Module, hyp: dict, epochs: int = 1):  # not super()'s: it builds detection losses
-        self.one2many = AnchorFreeSegmentLoss(model, hyp, topk=TOPK)
-        self.one2one = AnchorFreeSegmentLoss(model, hyp, topk=ONE2ONE_TOPK, final_topk=1)
+        self.one2many = AnchorFreeSegmentLoss(model, hyp, topk=TOPK, mask_aware=True)
+        self.one2one = AnchorFreeSegmentLoss(model, hyp, topk=ONE2ONE_TOPK, final_topk=1, mask_aware=True)
         self.head, self.epochs, self.hyp = self.one2many.head, epochs, hyp
         self.set_epoch(0)
 

@@ -353,19 +353,13 @@ def build_train_loader(
     )
 
 
-def check_polygon_labels(dataset: LoadImagesAndLabels, data: str) -> None:
-    """A segment model's training set: TrainError when no label row has a polygon (box-only labels teach no mask),
-    a warning counting the rows that have none (their masks are empty: inside their boxes the mask loss teaches
-    background). Nothing to check for box rows."""
+def check_polygon_labels(dataset: LoadImagesAndLabels) -> None:
+    """A segment model's training set whose rows are not all polygons (the loader refuses one with none): a warning
+    counting the box rows, whose masks are empty, so that inside their boxes the mask loss teaches background."""
     if dataset.segments is None:
         return
     rows = sum(len(image) for image in dataset.segments)
     polygons = sum(len(polygon) > 0 for image in dataset.segments for polygon in image)
-    if rows and not polygons:
-        raise TrainError(
-            f"{data}: its training labels are boxes only (cls cx cy w h): a segment model needs polygon rows "
-            f"(cls x1 y1 x2 y2 ...); train a detection model on them, or label the objects' outlines"
-        )
     if polygons < rows:
         LOGGER.warning(
             f"WARNING: {rows - polygons} of {rows} training label rows are boxes without a polygon: their masks are "

@@ -377,11 +377,11 @@ class Trainer:
         return model
 
     def _setup_train_loader(self, model: nn.Module) -> None:
-        """The augmented training loader; no label box (a forgotten labels folder) or, for masks, polygon: refused."""
+        """The augmented training loader (it refuses a set without labels, or for masks without polygons)."""
         loader_args = self.config, self.data["train"], self.imgsz, self.batch_size, self.grid, self.hyp, self.nc
         with distributed_zero_first(LOCAL_RANK):
             self.train_loader, self.dataset = build_train_loader(*loader_args, self.seed, model.task.label_rows)
-        check_polygon_labels(self.dataset, self.config.data)
+        check_polygon_labels(self.dataset)
         self.batch_size = self.train_loader.batch_size * WORLD_SIZE  # the loader clips the batch to a small dataset
         labels = self.dataset.labels
         self.labels = np.concatenate(labels, 0) if len(labels) else np.zeros((0, 5))
@@ -413,9 +413,9 @@ class Trainer:
 
     def _setup_val_loader(self, model: nn.Module) -> None:
         """The val loader, and AutoAnchor for a new run (before the run folder exists: a bad val set leaves none)."""
-        config, batch = self.config, self.train_loader.batch_size * 2
-        self.val_loader = build_val_loader(config, self.data["val"], self.imgsz, batch, self.grid, self.hyp, self.nc)
-        if not self.resuming and not config.noautoanchor and self.family.anchors:  # nothing to fit without anchors
+        val = self.data["val"], self.imgsz, self.train_loader.batch_size * 2, self.grid, self.hyp, self.nc
+        self.val_loader = build_val_loader(self.config, *val, model.task.label_rows)  # a segment model's: with masks
+        if not self.resuming and not self.config.noautoanchor and self.family.anchors:  # no anchors: nothing to fit
             check_anchors(self.dataset, model, self.hyp["anchor_t"], self.imgsz, self.seed, refit=not self.trained_head)
 
     def _setup_precision(self, model: nn.Module, ema: ModelEMA | None, scaler_state: dict | None) -> TrainingParts:
