@@ -174,6 +174,27 @@ def test_csv_round_trip_and_best_hyp_file(tmp_path):
         evolve.append_evolve_csv(file, Generation(rows[0].metrics, {**BASE, "anchors": 3.0}))
 
 
+def test_segment_generations_keep_their_mask_columns_and_score_boxes_plus_masks(tmp_path):
+    from utils.train.callbacks import result_columns
+
+    columns = evolve.metric_columns(result_columns(("box", "seg", "obj", "cls"), masks=True))
+    assert columns[4:8] == tuple(f"metrics/mask_{m}" for m in ("precision", "recall", "mAP50", "mAP50-95"))
+    assert columns[-4:] == ("val/box_loss", "val/seg_loss", "val/obj_loss", "val/cls_loss")
+    boxes, masks = (0.7, 0.6, 0.5, 0.3), (0.65, 0.55, 0.4, 0.2)
+    rows = [Generation([*boxes, *masks, 0.1, 0.2, 0.1, 0.1], {**BASE, "lr0": lr}, columns) for lr in (0.001, 0.002)]
+    rows[1].metrics[6] = 0.9  # the second generation's masks are better, its boxes the same
+    expected = [
+        fitness(SimpleNamespace(map50=0.5, map=0.3)) + fitness(SimpleNamespace(map50=m, map=0.2)) for m in (0.4, 0.9)
+    ]
+    assert [r.fitness for r in rows] == pytest.approx(expected)
+    file = tmp_path / "evolve.csv"
+    for row in rows:
+        evolve.append_evolve_csv(file, row)
+    back = evolve.read_evolve_csv(file)
+    assert back[0].columns == columns and [r.fitness for r in back] == pytest.approx(expected)
+    assert evolve.best_generation(back) == 1
+
+
 HEADER = ",".join([*evolve.METRIC_COLUMNS, *BASE])
 ROW = ",".join(["0.5"] * len(evolve.METRIC_COLUMNS) + [str(v) for v in BASE.values()])
 

@@ -91,6 +91,17 @@ MAX_MUTATION_TRIES = 1000
 PARENTS = 5  # a parent is drawn from this many fittest generations
 # results.csv's precision, recall, mAP50, mAP50-95 and the three val losses, with the same names
 METRIC_COLUMNS = tuple(RESULT_COLUMNS[RESULT_COLUMNS.index("metrics/precision") : RESULT_COLUMNS.index("lr/pg0")])
+_MAP_PREFIXES = ("metrics/", "metrics/mask_")  # boxes' and masks' mAP columns
+
+
+def metric_columns(columns: list[str]) -> tuple[str, ...]:
+    """The validation columns of a results.csv or evolve.csv header: from metrics/precision up to the first that is
+    neither a metric nor a validation loss (a learning rate or a hyperparameter)."""
+    start = columns.index("metrics/precision") if "metrics/precision" in columns else len(columns)
+    end = start
+    while end < len(columns) and columns[end].startswith(("metrics/", "val/")):
+        end += 1
+    return tuple(columns[start:end])
 
 
 @dataclass
@@ -99,11 +110,16 @@ class Generation:
 
     metrics: list[float]
     hyp: dict[str, float]
+    columns: tuple[str, ...] = METRIC_COLUMNS  # the metrics' names: a segment run's add its masks' and more losses
 
     @property
     def fitness(self) -> float:
-        """The training fitness (utils.eval.metrics.fitness_score) of this row; 0 if not finite."""
-        value = fitness_score(self.metrics[2], self.metrics[3])
+        """The training fitness of this row, as the run's best.pt was chosen: fitness_score of the boxes, plus the
+        masks' for a segment run; 0 if not finite."""
+        named = dict(zip(self.columns, self.metrics))
+        value = sum(
+            fitness_score(named[f"{m}mAP50"], named[f"{m}mAP50-95"]) for m in _MAP_PREFIXES if f"{m}mAP50" in named
+        )
         return value if math.isfinite(value) else 0.0  # a diverged generation counts as the least fit
 
 
@@ -216,17 +232,17 @@ def _parse_row(cells: list[str], header: list[str], where: str) -> Generation:
         values = [float(c) for c in cells]
     except ValueError:
         raise EvolveError(f"{where} holds a value that is not a number: {fix}") from None
-    n = len(METRIC_COLUMNS)
+    n = len(metric_columns(header))
     # Metrics may be nan (the validation losses of a diverged generation); hyperparameters must be usable.
     if not all(math.isfinite(v) for v in values[n:]):
         raise EvolveError(f"{where} holds a hyperparameter that is not finite: {fix}")
-    return Generation(values[:n], dict(zip(header[n:], values[n:])))
+    return Generation(values[:n], dict(zip(header[n:], values[n:])), tuple(header[:n]))
 
 
 def _check_header(header: list[str], file: Path) -> None:
     """evolve.csv's header: METRIC_COLUMNS, then every required hyperparameter and no unknown one."""
-    n = len(METRIC_COLUMNS)
-    if tuple(header[:n]) != METRIC_COLUMNS:
+    n = len(metric_columns(header))
+    if tuple(header[:4]) != METRIC_COLUMNS[:4] or n < len(METRIC_COLUMNS):
         raise EvolveError(f"{file} is not an evolve.csv: its header must start with {','.join(METRIC_COLUMNS)}")
     hyp = header[n:]
     missing = [k for k in required_hyp_keys(hyp) if k not in hyp]
@@ -255,7 +271,7 @@ def read_evolve_csv(file: str | Path) -> list[Generation]:
 def append_evolve_csv(file: str | Path, row: Generation) -> None:
     """Append a generation to evolve.csv (the header first when the file is new)."""
     file = Path(file)
-    header = [*METRIC_COLUMNS, *row.hyp]
+    header = [*row.columns, *row.hyp]
     if file.exists() and file.stat().st_size:
         with open(file, newline="", encoding="utf-8") as f:
             existing = [c.strip() for c in next(csv.reader(f), [])]
@@ -277,10 +293,11 @@ def write_best_hyp(file: str | Path, rows: list[Generation]) -> Generation:
     """hyp_evolve.yaml: the fittest generation's hyperparameters, a --hyp file with a comment header; that row."""
     i = best_generation(rows)
     best = rows[i]
-    metrics = ", ".join(f"{k}={v:.5g}" for k, v in zip(METRIC_COLUMNS, best.metrics))
+    metrics = ", ".join(f"{k}={v:.5g}" for k, v in zip(best.columns, best.metrics))
     header = (
         f"# Hyperparameters evolved by train.py --evolve: generation {i + 1} of {len(rows)} is the best,\n"
-        f"# fitness {best.fitness:.5g} (0.1 * mAP50 + 0.9 * mAP50-95)\n# {metrics}\n"
+        f"# fitness {best.fitness:.5g} (0.1 * mAP50 + 0.9 * mAP50-95; a segment run's boxes' plus masks')\n"
+        f"# {metrics}\n"
         f"# Usage: python train.py --hyp {file}\n\n"
     )
     Path(file).write_text(header + yaml.safe_dump(best.hyp, sort_keys=False), encoding="utf-8")
@@ -351,8 +368,12 @@ def train_generation(
     shutil.rmtree(run_dir / "weights", ignore_errors=True)  # 300 generations of checkpoints add up
     if result is None:
         raise EvolveError("a generation ended without a validation result")
-    metrics = [result.precision, result.recall, result.map50, result.map, *result.val_losses]
-    return Generation([float(v) for v in metrics], hyp)
+    if result.mask is None:  # detection: the columns evolve.csv has always had (YOLOv5's loss names)
+        metrics = [result.precision, result.recall, result.map50, result.map, *result.val_losses]
+        return Generation([float(v) for v in metrics], hyp)
+    columns, row = result.columns(), result.row()  # a segment run: its mask metrics and its loss items too
+    start, n = columns.index("metrics/precision"), len(metric_columns(columns))
+    return Generation([float(v) for v in row[start : start + n]], hyp, metric_columns(columns))
 
 
 def _start_message(save_dir: Path, done: int, total: int) -> str:
