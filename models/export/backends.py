@@ -184,9 +184,7 @@ def describe_backend(backend: Backend) -> str:
         shape = f"static {backend.batch}x3x{h}x{w} input (square letterbox at {h}x{w}, smaller inputs padded to it)"
     else:
         step = backend.shape_step
-        shape = "dynamic input (rectangular letterbox" + (
-            f"; one image padded to sides in steps of {step})" if step else ")"
-        )
+        shape = "dynamic input (rectangular letterbox)" + (f", one image padded to multiples of {step}" if step else "")
     precision = backend.precision
     if precision == "int8":
         precision += f" (calibrated on {backend.calibration_images} images)"

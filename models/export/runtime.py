@@ -57,7 +57,7 @@ class Backend(nn.Module):
         # bit-equal to the .pt anyway, runs at a few shapes instead: 4 at 640 (7% more pixels on COCO128).
         stride = int(max(meta["stride"]))
         quarter = -(-self.imgsz // (SHAPE_STEPS * stride)) * stride
-        self.shape_step = quarter if meta["dynamic"] and self.precision == "int8" else None
+        self.shape_step = quarter if meta["dynamic"] and self.precision == "int8" and quarter > stride else None
         self.output_width = 6 if self.family.end2end else 5 + len(self.names)
         # An empty parameter tells code that asks next(model.parameters()) the device and the float32 input dtype.
         self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)

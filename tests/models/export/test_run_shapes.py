@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.export.backends import describe_backend
 from models.export.runtime import Backend
 from models.weights.checkpoint import load_model
 from utils.boxes import non_max_suppression
@@ -59,7 +60,8 @@ def _boxes(pred: torch.Tensor) -> torch.Tensor:
 
 def test_int8_dynamic_export_runs_one_image_at_a_quarter_step_and_gives_its_boxes_back(yolov5n, shared):
     backend = TorchRuntime(yolov5n, dynamic=True, precision="int8", imgsz=640)
-    assert backend.shape_step == 160
+    assert backend.shape_step == 160 and "one image padded to multiples of 160" in describe_backend(backend)
+    assert TorchRuntime(yolov5n, dynamic=True, precision="int8", imgsz=128).shape_step is None  # 32: the stride
     x = _letterboxed(shared, "zidane.jpg", 640, auto=True)  # 1280x720: a 384x640 rectangular letterbox
     assert x.shape[2:] == (384, 640)
     with torch.no_grad():
