@@ -181,9 +181,10 @@ def describe_backend(backend: Backend) -> str:
     """'ONNX Runtime backend, 80 classes, static 1x3x640x640 input (square letterbox)' for the log."""
     if backend.fixed_shape:
         h, w = backend.fixed_shape
-        shape = f"static {backend.batch}x3x{h}x{w} input (square letterbox at {h}x{w})"
+        shape = f"static {backend.batch}x3x{h}x{w} input (square letterbox at {h}x{w}, smaller inputs padded to it)"
     else:
-        shape = "dynamic input (rectangular letterbox)"
+        step = backend.shape_step
+        shape = "dynamic input (rectangular letterbox)" + (f", one image padded to multiples of {step}" if step else "")
     precision = backend.precision
     if precision == "int8":
         precision += f" (calibrated on {backend.calibration_images} images)"

@@ -6,6 +6,7 @@ exp2, ...; --exist-ok reuses only a folder a run made), never into one that hold
 """
 
 import contextlib
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -176,6 +177,10 @@ def _input_plan(model, imgsz: int, batch_size: int, task: str) -> tuple[int, int
     fixed = getattr(model, "fixed_shape", None)
     if not fixed:
         return imgsz, batch_size, task == "speed"
+    stride = int(model.stride.max())
+    if task != "speed" and min(fixed) >= math.ceil(imgsz / stride + 0.5) * stride:  # a rectangular batch fits
+        LOGGER.info(f"static-shape export: rectangular batches at {imgsz}, each run padded to {fixed[0]}x{fixed[1]}")
+        return imgsz, batch_size, False  # the backend pads (models/export/runtime.py): the .pt's inputs and mAP
     if fixed[0] != fixed[1]:
         raise TestError(f"test.py needs a square static export or a --dynamic one, got {fixed[0]}x{fixed[1]}")
     if imgsz != fixed[0] or batch_size > model.batch:

@@ -91,8 +91,19 @@ def test_static_export_matches_pytorch_and_carries_metadata(static_exports, shar
     _assert_same_detections(model, backend, _input(shared, (128, 128), auto=False))
     two = torch.cat([_input(shared, (128, 128), auto=False)] * 2)  # a fixed batch of 1 runs larger batches in turn
     assert backend(two)[0].shape[0] == 2
+    # a smaller input runs centred in letterbox grey, its boxes given back in its own coordinates: bus.jpg's 128x96
+    # rectangular letterbox then gives the square letterbox's boxes, 16 px to the left
+    rect = _input(shared, (128, 128), auto=True)
+    assert rect.shape[2:] == (128, 96)
+    with torch.no_grad():
+        square_boxes = non_max_suppression(model(_input(shared, (128, 128), auto=False))[0], 0.25, 0.45)[0]
+        rect_boxes = non_max_suppression(backend(rect)[0], 0.25, 0.45)[0]
+    assert len(square_boxes) > 0 and rect_boxes.shape == square_boxes.shape
+    torch.testing.assert_close(
+        rect_boxes[:, :4] + torch.tensor([16.0, 0, 16, 0]), square_boxes[:, :4], atol=0.5, rtol=0
+    )
     with pytest.raises(BackendError, match="static 128x128 export"):
-        backend(torch.zeros(1, 3, 96, 128))
+        backend(torch.zeros(1, 3, 160, 128))
 
 
 @pytest.mark.slow
