@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torchvision.ops import box_iou
 
 from utils.boxes import non_max_suppression, scale_boxes
 from utils.log import LOGGER
@@ -85,5 +84,7 @@ class TrackerFeed:
             loose[:, :4] = loose[:, :4].round()
         if not len(loose):
             return np.zeros((0, 6), np.float32)
+        from torchvision.ops import box_iou  # here: importing torchvision costs every command seconds at start-up
+
         apart = box_iou(loose[:, :4], kept).max(1).values < RECOVERED_MAX_IOU
         return loose[apart].cpu().numpy()
