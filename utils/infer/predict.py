@@ -327,6 +327,12 @@ class Predictor:
             pred, o.conf_thres, o.iou_thres, self.classes, o.agnostic, max_det=o.max_det, extra=extra
         )[0]
 
+    def to_original(self, boxes: torch.Tensor, input_hw, original_shape) -> torch.Tensor:
+        """xyxy boxes of the letterboxed input in the original image's pixels (whole pixels for a family that
+        rounds them)."""
+        boxes = scale_boxes(input_hw, boxes, original_shape)
+        return boxes.round() if self.family.pixel_boxes else boxes
+
     def _raw(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The model's predictions of x (a segment model's rows with their mask coefficients appended) and its
         prototypes (None when the task has no masks)."""
@@ -363,9 +369,7 @@ class Predictor:
         masks, input shape, times); the masks' time is counted with NMS (post-processing)."""
         with torch.inference_mode(), self.precision.autocast:
             x, det, protos, times = self._timed(im)
-            det[:, :4] = scale_boxes(x.shape[2:], det[:, :4], original.shape)
-            if self.family.pixel_boxes:
-                det[:, :4] = det[:, :4].round()
+            det[:, :4] = self.to_original(det[:, :4], x.shape[2:], original.shape)
             if self.feed:  # the tracker's extras: post-processing time
                 t0 = time_sync(self.device)
                 det, self.extras = self.feed.split(det, self, x.shape[2:], original.shape)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from utils.boxes import non_max_suppression, scale_boxes
+from utils.boxes import non_max_suppression
 from utils.log import LOGGER
 from utils.track.appearance import RECOVERED_MAX_IOU, TrackerNeeds
 
@@ -79,9 +79,7 @@ class TrackerFeed:
         loose = non_max_suppression(
             pred, o.conf_thres, self.loose_iou, predictor.classes, o.agnostic, max_det=o.max_det, extra=extra
         )[0][:, :6]
-        loose[:, :4] = scale_boxes(shapes[0], loose[:, :4], shapes[1])
-        if predictor.family.pixel_boxes:
-            loose[:, :4] = loose[:, :4].round()
+        loose[:, :4] = predictor.to_original(loose[:, :4], *shapes)
         if not len(loose):
             return np.zeros((0, 6), np.float32)
         from torchvision.ops import box_iou  # here: importing torchvision costs every command seconds at start-up
