@@ -52,8 +52,8 @@ CHECKS = {
     "pip install -r requirements.txt": "run by .ci/run before the tests",
     "pip install -r requirements-export.txt": "run by .ci/run before the tests",
     "pip install -r requirements-edge.txt": "optional edge runtimes, not installed by .ci/run (see EDGE_SKIP)",
-    "python -m pytest -q tests": "this is the test suite itself (.ci/run runs it)",
-    'python -m pytest -q -m "not slow" tests': "a part of the test suite itself",
+    "python -m pytest -q -n auto tests": "this is the test suite itself (.ci/run runs it)",
+    'python -m pytest -q -n auto -m "not slow" tests': "a part of the test suite itself",
     "python export.py --weights yolov5n.pt --include openvino onnx --int8 --data coco128.yaml": "minutes of "
     "calibration: tests/models/export/test_int8.py runs these INT8 exports and checks their COCO128 mAP",
     # runs/train/exp is the quickstart's finished run in this copy: resuming it is refused in one line
