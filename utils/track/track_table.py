@@ -65,11 +65,12 @@ class TrackTable:
         self.frames[rows, slot] = frame_id
         self.wide[rows, slot] = self.last_wide[rows] = wide
 
-    def back(self, rows: np.ndarray, frame_id: int, dt: int) -> tuple[np.ndarray, np.ndarray]:
-        """(n, 4) boxes of frame frame_id - dt of the rows, else their last box; and whether each is a Kalman one.
-        At most DELTA_T boxes are remembered after a frame within DELTA_T of now, so a ring of RING slots never
-        loses one that is asked for."""
-        slot = (frame_id - dt) % RING
-        hit = self.frames[rows, slot] == frame_id - dt
-        boxes = np.where(hit[:, None], self.boxes[rows, slot], self.last[rows])
-        return boxes, np.where(hit, self.wide[rows, slot], self.last_wide[rows])
+    def back(self, rows: np.ndarray, frame_id: int, dts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(len(dts), n, 4) boxes of frames frame_id - dt of the rows, else their last box; and (len(dts), n) whether
+        each is a Kalman one. At most DELTA_T boxes are remembered after a frame within DELTA_T of now, so a ring of
+        RING slots never loses one that is asked for."""
+        frames = frame_id - dts
+        slots = frames % RING
+        hit = (self.frames[rows][:, slots] == frames).T  # (len(dts), n)
+        boxes = np.where(hit[:, :, None], self.boxes[rows][:, slots].transpose(1, 0, 2), self.last[rows])
+        return boxes, np.where(hit, self.wide[rows][:, slots].T, self.last_wide[rows])

@@ -31,7 +31,8 @@ from utils.track.gmc import CameraMotion
 from utils.track.track_table import DELTA_T, TrackTable
 from utils.track.tracks import Track, TrackState, boxes_xyxy, detection_xyxy, state_to_xyxy, xyxy_to_state
 
-CORNER_X, CORNER_Y = [0, 0, 2, 2], [1, 3, 1, 3]  # the four corners of an x1, y1, x2, y2 box
+CORNER_X, CORNER_Y = np.array([0, 0, 2, 2]), np.array([1, 3, 1, 3])  # the four corners of an x1, y1, x2, y2 box
+STEPS_BACK = np.arange(1, DELTA_T + 1)  # the frames back a track's corner velocity averages over
 SUPPORT_IOU = 0.10  # a pair needs more IoU than this to be matched at all
 SMOOTHING = 0.95  # share of a track's smoothed embedding kept at a match of score 1 (less at lower scores)
 REMOVED_MEMORY = 1000  # identities of removed tracks remembered (a lost list entry of one of them is dropped)
@@ -41,9 +42,8 @@ class TtTrack(Track):
     """A track whose numbers live in a row of its tracker's TrackTable (Kalman state, scores, corner velocities,
     last boxes); the rest (identity, state, class, ...) is its own as for the other trackers."""
 
-    def __init__(self, table: TrackTable, det_row: np.ndarray, score32: np.float32):
-        mean, cov = kalman.initiate(xyxy_to_state(det_row[:4], False))
-        self.table, self.row = table, table.add(mean[0], cov[0], score32)
+    def __init__(self, table: TrackTable, det_row: np.ndarray, mean: np.ndarray, cov: np.ndarray, score32: np.float32):
+        self.table, self.row = table, table.add(mean, cov, score32)
         super().__init__(det_row[:4], det_row[4], det_row[5], int(det_row[6]))
 
     # Track.__init__ sets both to None: a row holds numbers from the start, so a None is not stored
@@ -57,7 +57,7 @@ def _store(array: np.ndarray, row: int, value) -> None:
 
 
 def _rows(tracks: list) -> np.ndarray:
-    return np.fromiter((t.row for t in tracks), np.int64, len(tracks))
+    return np.array([t.row for t in tracks], np.int64)
 
 
 class Detections:
@@ -153,8 +153,7 @@ class TrackTrack:
         )
         leftover = self._second_chance(pool, lost, leftover, refound)
         active = [t for t in self.tracked if t.state == TrackState.TRACKED] + activated
-        for j in np.flatnonzero(self._allowed_births(active, leftover)):
-            activated.append(self._start(leftover, j))
+        activated += self._start(leftover, np.flatnonzero(self._allowed_births(active, leftover)))
         for track in self.lost:
             if self.frame_id - track.frame_id > self.max_time_lost:
                 track.state = TrackState.REMOVED
@@ -196,15 +195,22 @@ class TrackTrack:
         self._take(waiting, leftover, pairs)
         return leftover.subset(dets_left)
 
-    def _start(self, dets: Detections, j: int) -> TtTrack:
-        track = TtTrack(self.table, dets.rows[j], dets.score32[j])
-        blend_embeddings([track], [dets.embeddings[j]], 0.0)
-        track.track_id = next(self._ids)
-        self.table.remember(np.array([track.row]), self.frame_id, track.xyxy, True)
-        track.state = TrackState.TRACKED if self.config.min_track_len <= 1 else TrackState.NEW
-        track.is_activated = self.frame_id == 1 or track.state == TrackState.TRACKED
-        track.frame_id = track.start_frame = self.frame_id
-        return track
+    def _start(self, dets: Detections, chosen: np.ndarray) -> list[TtTrack]:
+        """New tracks from the chosen detections, in their order."""
+        if not len(chosen):
+            return []
+        means, covs = kalman.initiate(xyxy_to_state(dets.rows[chosen, :4], False))
+        tracks = []
+        for k, j in enumerate(chosen.tolist()):
+            track = TtTrack(self.table, dets.rows[j], means[k], covs[k], dets.score32[j])
+            blend_embeddings([track], [dets.embeddings[j]], 0.0)
+            track.track_id = next(self._ids)
+            track.state = TrackState.TRACKED if self.config.min_track_len <= 1 else TrackState.NEW
+            track.is_activated = self.frame_id == 1 or track.state == TrackState.TRACKED
+            track.frame_id = track.start_frame = self.frame_id
+            tracks.append(track)
+        self.table.remember(_rows(tracks), self.frame_id, state_to_xyxy(means, False), True)
+        return tracks
 
     def _take(self, tracks: list, dets: Detections, pairs) -> None:
         """Each matched track takes its detection: a tracked (or new) one updates its corner velocities and may be
@@ -277,8 +283,8 @@ class TrackTrack:
         """For the (track, detection) index pairs: the mean over the four corners of the angle (of pi) between the
         corner's velocity and the way from its box DELTA_T frames back to the detection's, times the score."""
         rows, cols = pairs
-        back, wide = self.table.back(track_rows, self.frame_id, DELTA_T)
-        back = back[rows]  # float64 only if one of the pairs' boxes is, as the reference's
+        back, wide = self.table.back(track_rows, self.frame_id, STEPS_BACK[-1:])
+        back, wide = back[0][rows], wide[0]  # float64 only if one of the pairs' boxes is, as the reference's
         ways = dets.box32[cols] - (back if wide[rows].any() else back.astype(np.float32))
         dx, dy = ways[:, CORNER_X], ways[:, CORNER_Y]
         norm = np.sqrt(dx * dx + dy * dy) + 1e-5
@@ -332,14 +338,15 @@ def _advance(table: TrackTable, tracks: list, boxes: np.ndarray, frame_id: int, 
     rows = _rows(tracks)
     table.length[rows] += 1
     table.remember(rows, frame_id, boxes, False)
-    back, wide = zip(*(table.back(rows, frame_id, dt) for dt in range(1, DELTA_T + 1)))
-    back, wide = np.stack(back), np.stack(wide)[:, :, None, None]  # (DELTA_T, n, 4), dt first
+    back, wide = table.back(rows, frame_id, STEPS_BACK)  # (DELTA_T, n, 4), (DELTA_T, n)
     # every step both ways (float32 for float32 boxes, float64 for Kalman ones), each row then takes its own
     narrow_steps = _unit_steps(boxes[None] - back.astype(np.float32))
-    wide_steps = _unit_steps(boxes[None] - back)
+    wide_steps = _unit_steps(boxes[None] - back) if wide.any() else None
     velocity = np.zeros((len(tracks), 4, 2), np.float32)
     for k in range(DELTA_T):
-        velocity += np.where(wide[k], wide_steps[k] / (k + 1), narrow_steps[k] / (k + 1))
+        step = narrow_steps[k] / (k + 1)
+        # float32 + float32 rounds as float64's sum rounded to float32 (53 >= 2 * 24 + 2 bits): the same bits
+        velocity += step if wide_steps is None else np.where(wide[k][:, None, None], wide_steps[k] / (k + 1), step)
     velocity /= DELTA_T
     table.velocity[rows] = velocity
     confirmed = table.length[rows] + 1 >= min_track_len
