@@ -29,7 +29,7 @@ from utils.track.byte_tracker import drop_duplicates
 from utils.track.config import TrackerConfig
 from utils.track.gmc import CameraMotion
 from utils.track.track_table import DELTA_T, TrackTable
-from utils.track.tracks import Track, TrackState, boxes_xyxy, detection_xyxy, state_to_xyxy, xyxy_to_state
+from utils.track.tracks import Track, TrackState, detection_xyxy, state_to_xyxy, xyxy_to_state
 
 CORNER_X, CORNER_Y = np.array([0, 0, 2, 2]), np.array([1, 3, 1, 3])  # the four corners of an x1, y1, x2, y2 box
 STEPS_BACK = np.arange(1, DELTA_T + 1)  # the frames back a track's corner velocity averages over
@@ -161,7 +161,7 @@ class TrackTrack:
         self._merge(activated, refound, lost, removed)
         shown = [t for t in self.tracked if t.is_activated and t.frame_id == self.frame_id]
         info = np.array([(t.track_id, t.score, t.cls, t.det_index) for t in shown], np.float64).reshape(-1, 4)
-        return np.concatenate([boxes_xyxy(shown), info], axis=1)
+        return np.concatenate([self._boxes(shown), info], axis=1)
 
     def _confirm(self, leftover: Detections, unconfirmed: list, activated: list, removed: list) -> Detections:
         """New tracks against the confident detections left; those not matched are dropped."""
@@ -240,6 +240,10 @@ class TrackTrack:
             chosen = np.flatnonzero(advancing)
             _advance(table, [matched[k] for k in chosen], box32[chosen], self.frame_id, self.config.min_track_len)
 
+    def _boxes(self, tracks: list) -> np.ndarray:
+        """(n, 4) x1, y1, x2, y2 of the tracks' Kalman estimates (tracks.boxes_xyxy, from the table)."""
+        return state_to_xyxy(self.table.mean[_rows(tracks)], False)
+
     def _warp(self, tracks: list, affine: np.ndarray) -> None:
         """Move the tracks' states by a camera-motion affine (none when it is the identity)."""
         if tracks and not np.allclose(affine, np.eye(2, 3)):
@@ -262,7 +266,7 @@ class TrackTrack:
         if not tracks or not len(dets):
             return np.ones((len(tracks), len(dets)), np.float32)
         rows = _rows(tracks)
-        track_boxes = state_to_xyxy(self.table.mean[rows], False).astype(np.float32)
+        track_boxes = self._boxes(tracks).astype(np.float32)
         iou = iou32(track_boxes, dets.box32)
         cost = 1.0 - _vertical_iou(track_boxes, dets.box32) * iou
         if self.config.with_reid:  # a pair without an embedding on either side is judged on motion alone
@@ -301,8 +305,7 @@ class TrackTrack:
         allow = dets.score32 > self.config.new_track_thresh
         tai = self.config.tai_thr
         if active and allow.any():  # a track listed twice (tracked and activated) counts once: same box
-            rows = np.unique(_rows(active))
-            track_boxes = state_to_xyxy(self.table.mean[rows], False).astype(np.float32)
+            track_boxes = state_to_xyxy(self.table.mean[np.unique(_rows(active))], False).astype(np.float32)
             chosen = np.flatnonzero(allow)
             allow[chosen] = iou32(dets.box32[chosen], track_boxes).max(axis=1) <= tai
         candidates = np.array([i for i in dets.score32.argsort()[::-1] if allow[i]], np.int64)  # strongest first
@@ -326,7 +329,7 @@ class TrackTrack:
         still_lost = [t for t in self.lost if t.track_id not in ids] + lost
         gone = set(self.removed_ids)
         still_lost = [t for t in still_lost if t.track_id not in gone]
-        self.tracked, self.lost = drop_duplicates(tracked, still_lost, _iou_cost32)
+        self.tracked, self.lost = drop_duplicates(tracked, still_lost, _iou_cost32, self._boxes)
         self.removed_ids.extend(t.track_id for t in removed)
 
 
