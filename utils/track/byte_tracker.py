@@ -134,12 +134,14 @@ class ByteTracker:
         return np.concatenate([boxes_xyxy(shown), info], axis=1)
 
 
-def drop_duplicates(tracked: list[Track], lost: list[Track], cost_of=iou_cost) -> tuple[list[Track], list[Track]]:
-    """Of a tracked and a lost track on the same place (cost_of(their boxes) below DUPLICATE_MAX_COST, 1 - IoU by
+def drop_duplicates(
+    tracked: list[Track], lost: list[Track], cost_of=iou_cost, boxes_of=boxes_xyxy
+) -> tuple[list[Track], list[Track]]:
+    """Of a tracked and a lost track on the same place (cost_of(their boxes_of) below DUPLICATE_MAX_COST, 1 - IoU by
     default), the one followed for fewer frames (first to last seen) goes."""
     if not tracked or not lost:
         return tracked, lost
-    cost = cost_of(boxes_xyxy(tracked), boxes_xyxy(lost))
+    cost = cost_of(boxes_of(tracked), boxes_of(lost))
     drop_tracked, drop_lost = set(), set()
     for i, j in zip(*np.nonzero(cost < DUPLICATE_MAX_COST)):
         if tracked[i].frame_id - tracked[i].start_frame > lost[j].frame_id - lost[j].start_frame:

@@ -28,34 +28,36 @@ from utils.track.appearance import (
 from utils.track.byte_tracker import drop_duplicates
 from utils.track.config import TrackerConfig
 from utils.track.gmc import CameraMotion
-from utils.track.tracks import Track, TrackState, boxes_xyxy, detection_xyxy, predict_all, warp_all, xyxy_to_state
+from utils.track.track_table import DELTA_T, TrackTable
+from utils.track.tracks import Track, TrackState, detection_xyxy, state_to_xyxy, xyxy_to_state
 
-CORNER_X, CORNER_Y = [0, 0, 2, 2], [1, 3, 1, 3]  # the four corners of an x1, y1, x2, y2 box
-DELTA_T = 3  # frames over which a track's corner velocities are averaged
+CORNER_X, CORNER_Y = np.array([0, 0, 2, 2]), np.array([1, 3, 1, 3])  # the four corners of an x1, y1, x2, y2 box
+STEPS_BACK = np.arange(1, DELTA_T + 1)  # the frames back a track's corner velocity averages over
 SUPPORT_IOU = 0.10  # a pair needs more IoU than this to be matched at all
 SMOOTHING = 0.95  # share of a track's smoothed embedding kept at a match of score 1 (less at lower scores)
 REMOVED_MEMORY = 1000  # identities of removed tracks remembered (a lost list entry of one of them is dropped)
 
 
 class TtTrack(Track):
-    """A track with TrackTrack's memory: its last boxes by frame, corner velocities and previous score."""
+    """A track whose numbers live in a row of its tracker's TrackTable (Kalman state, scores, corner velocities,
+    last boxes); the rest (identity, state, class, ...) is its own as for the other trackers."""
 
-    def __init__(self, row: np.ndarray, score32: np.float32):
-        super().__init__(row[:4], row[4], row[5], int(row[6]))
-        self.score32 = self.prev_score = score32  # scores as the reference holds them (float32)
-        self.tracklet_len = 0
-        self.velocity = np.zeros((4, 2), np.float32)
-        self.history: dict[int, np.ndarray] = {}  # box by frame, the last DELTA_T + 1 frames it was seen on
-        self.last_box: np.ndarray | None = None
+    def __init__(self, table: TrackTable, det_row: np.ndarray, mean: np.ndarray, cov: np.ndarray, score32: np.float32):
+        self.table, self.row = table, table.add(mean, cov, score32)
+        super().__init__(det_row[:4], det_row[4], det_row[5], int(det_row[6]))
 
-    def remember(self, frame_id: int, box: np.ndarray) -> None:
-        self.history[frame_id] = self.last_box = box
-        if len(self.history) > DELTA_T + 1:  # frames come in order: the first key is the oldest
-            del self.history[next(iter(self.history))]
+    # Track.__init__ sets both to None: a row holds numbers from the start, so a None is not stored
+    mean = property(lambda self: self.table.mean[self.row], lambda self, v: _store(self.table.mean, self.row, v))
+    covariance = property(lambda self: self.table.cov[self.row], lambda self, v: _store(self.table.cov, self.row, v))
 
-    def box_back(self, frame_id: int, dt: int) -> np.ndarray:
-        """The box of frame_id - dt, else the last one remembered."""
-        return self.history.get(frame_id - dt, self.last_box)
+
+def _store(array: np.ndarray, row: int, value) -> None:
+    if value is not None:
+        array[row] = value
+
+
+def _rows(tracks: list) -> np.ndarray:
+    return np.array([t.row for t in tracks], np.int64)
 
 
 class Detections:
@@ -92,6 +94,7 @@ class TrackTrack:
         self.lost: list[TtTrack] = []
         self.removed_ids: deque = deque(maxlen=REMOVED_MEMORY)
         self.frame_id = 0
+        self.table = TrackTable()
         self._ids = itertools.count(1)
         self.camera.reset()
 
@@ -121,6 +124,7 @@ class TrackTrack:
         self, detections: np.ndarray, frame: np.ndarray | None = None, recovered=None, features=None
     ) -> np.ndarray:
         self.frame_id += 1
+        self.table.compact(self.tracked + self.lost)
         dets = self._detections(detections, recovered, features)
         unconfirmed = [t for t in self.tracked if t.state != TrackState.TRACKED]
         pool = [t for t in self.tracked if t.state == TrackState.TRACKED]
@@ -128,9 +132,9 @@ class TrackTrack:
         pool += [t for t in self.lost if t.track_id not in ids]
         if frame is not None:
             affine = self.camera.estimate(frame, dets.box32[: dets.n_high])
-            warp_all(pool, affine)
-            warp_all(unconfirmed, affine)
-        predict_all(pool + unconfirmed)
+            self._warp(pool, affine)  # two calls, as the reference makes them
+            self._warp(unconfirmed, affine)
+        self._predict(pool + unconfirmed)
 
         cost = self._cost(pool, dets)
         cost[:, dets.n_high : dets.n_high + dets.n_low] += np.float32(self.config.penalty_p)
@@ -149,8 +153,7 @@ class TrackTrack:
         )
         leftover = self._second_chance(pool, lost, leftover, refound)
         active = [t for t in self.tracked if t.state == TrackState.TRACKED] + activated
-        for j in np.flatnonzero(self._allowed_births(active, leftover)):
-            activated.append(self._start(leftover, j))
+        activated += self._start(leftover, np.flatnonzero(self._allowed_births(active, leftover)))
         for track in self.lost:
             if self.frame_id - track.frame_id > self.max_time_lost:
                 track.state = TrackState.REMOVED
@@ -158,7 +161,7 @@ class TrackTrack:
         self._merge(activated, refound, lost, removed)
         shown = [t for t in self.tracked if t.is_activated and t.frame_id == self.frame_id]
         info = np.array([(t.track_id, t.score, t.cls, t.det_index) for t in shown], np.float64).reshape(-1, 4)
-        return np.concatenate([boxes_xyxy(shown), info], axis=1)
+        return np.concatenate([self._boxes(shown), info], axis=1)
 
     def _confirm(self, leftover: Detections, unconfirmed: list, activated: list, removed: list) -> Detections:
         """New tracks against the confident detections left; those not matched are dropped."""
@@ -192,82 +195,106 @@ class TrackTrack:
         self._take(waiting, leftover, pairs)
         return leftover.subset(dets_left)
 
-    def _start(self, dets: Detections, j: int) -> TtTrack:
-        row = dets.rows[j]
-        track = TtTrack(row, dets.score32[j])
-        blend_embeddings([track], [dets.embeddings[j]], 0.0)
-        mean, cov = kalman.initiate(xyxy_to_state(row[:4], False))
-        track.mean, track.covariance = mean[0], cov[0]
-        track.track_id = next(self._ids)
-        track.remember(self.frame_id, track.xyxy)
-        track.state = TrackState.TRACKED if self.config.min_track_len <= 1 else TrackState.NEW
-        track.is_activated = self.frame_id == 1 or track.state == TrackState.TRACKED
-        track.frame_id = track.start_frame = self.frame_id
-        return track
+    def _start(self, dets: Detections, chosen: np.ndarray) -> list[TtTrack]:
+        """New tracks from the chosen detections, in their order."""
+        if not len(chosen):
+            return []
+        means, covs = kalman.initiate(xyxy_to_state(dets.rows[chosen, :4], False))
+        tracks = []
+        for k, j in enumerate(chosen.tolist()):
+            track = TtTrack(self.table, dets.rows[j], means[k], covs[k], dets.score32[j])
+            blend_embeddings([track], [dets.embeddings[j]], 0.0)
+            track.track_id = next(self._ids)
+            track.state = TrackState.TRACKED if self.config.min_track_len <= 1 else TrackState.NEW
+            track.is_activated = self.frame_id == 1 or track.state == TrackState.TRACKED
+            track.frame_id = track.start_frame = self.frame_id
+            tracks.append(track)
+        self.table.remember(_rows(tracks), self.frame_id, state_to_xyxy(means, False), True)
+        return tracks
 
     def _take(self, tracks: list, dets: Detections, pairs) -> None:
         """Each matched track takes its detection: a tracked (or new) one updates its corner velocities and may be
         confirmed, a lost one is found again (same identity)."""
         if not pairs:
             return
-        matched = [tracks[i] for i, _ in pairs]
-        cols = [j for _, j in pairs]
-        rows, box32, score32 = dets.rows[cols], dets.box32[cols], dets.score32[cols]
-        mean, cov = kalman.update(
-            np.array([t.mean for t in matched]),
-            np.array([t.covariance for t in matched]),
-            xyxy_to_state(rows[:, :4], False),
-            confidence=rows[:, 4],
-        )
-        advancing, found = [], []
-        for k, (track, (score, cls, index)) in enumerate(zip(matched, rows[:, 4:7].tolist())):
-            (advancing if track.state in (TrackState.TRACKED, TrackState.NEW) else found).append(k)
-            track.prev_score, track.mean, track.covariance = track.score32, mean[k], cov[k]
-            track.score32, track.score, track.cls, track.det_index = score32[k], score, cls, int(index)
-            track.frame_id = self.frame_id
+        matched, cols = [tracks[i] for i, _ in pairs], [j for _, j in pairs]
+        rows, table = _rows(matched), self.table
+        det_rows, box32 = dets.rows[cols], dets.box32[cols]
+        measured = xyxy_to_state(det_rows[:, :4], False)
+        mean, cov = kalman.update(table.mean[rows], table.cov[rows], measured, confidence=det_rows[:, 4])
+        table.mean[rows], table.cov[rows] = mean, cov
+        table.prev_score[rows], table.score[rows] = table.score[rows], dets.score32[cols]
+        for track, (score, cls, index) in zip(matched, det_rows[:, 4:7].tolist()):
+            track.score, track.cls, track.det_index, track.frame_id = score, cls, int(index), self.frame_id
         if self.config.with_reid:  # a confident match keeps more of the track's past appearance
-            keep = SMOOTHING + (1 - SMOOTHING) * (1 - rows[:, 4])
+            keep = SMOOTHING + (1 - SMOOTHING) * (1 - det_rows[:, 4])
             blend_embeddings(matched, [dets.embeddings[j] for j in cols], keep)
-        for k in found:
-            matched[k].remember(self.frame_id, matched[k].xyxy)
-            matched[k].tracklet_len, matched[k].state, matched[k].is_activated = 0, TrackState.TRACKED, True
-        if advancing:
-            _advance([matched[k] for k in advancing], box32[advancing], self.frame_id, self.config.min_track_len)
+        advancing = np.array([t.state in (TrackState.TRACKED, TrackState.NEW) for t in matched])
+        found = np.flatnonzero(~advancing)
+        if len(found):
+            table.remember(rows[found], self.frame_id, state_to_xyxy(mean[found], False), True)
+            table.length[rows[found]] = 0
+            for k in found:
+                matched[k].state, matched[k].is_activated = TrackState.TRACKED, True
+        if advancing.any():
+            chosen = np.flatnonzero(advancing)
+            _advance(table, [matched[k] for k in chosen], box32[chosen], self.frame_id, self.config.min_track_len)
+
+    def _boxes(self, tracks: list) -> np.ndarray:
+        """(n, 4) x1, y1, x2, y2 of the tracks' Kalman estimates (tracks.boxes_xyxy, from the table)."""
+        return state_to_xyxy(self.table.mean[_rows(tracks)], False)
+
+    def _warp(self, tracks: list, affine: np.ndarray) -> None:
+        """Move the tracks' states by a camera-motion affine (none when it is the identity)."""
+        if tracks and not np.allclose(affine, np.eye(2, 3)):
+            rows = _rows(tracks)
+            self.table.mean[rows], self.table.cov[rows] = kalman.warp(
+                self.table.mean[rows], self.table.cov[rows], affine
+            )
+
+    def _predict(self, tracks: list) -> None:
+        """Every track one frame ahead; one not being seen keeps its size (tracks.predict_all's rule)."""
+        if not tracks:
+            return
+        rows = _rows(tracks)
+        mean = self.table.mean[rows]
+        mean[np.array([t.state != TrackState.TRACKED for t in tracks]), 6:8] = 0
+        self.table.mean[rows], self.table.cov[rows] = kalman.predict(mean, self.table.cov[rows])
 
     def _cost(self, tracks: list, dets: Detections) -> np.ndarray:
         """(n, m) float32 cost of each track-detection pair (the module docstring's terms, clipped to [0, 1])."""
         if not tracks or not len(dets):
             return np.ones((len(tracks), len(dets)), np.float32)
-        track_boxes = boxes_xyxy(tracks).astype(np.float32)
+        rows = _rows(tracks)
+        track_boxes = self._boxes(tracks).astype(np.float32)
         iou = iou32(track_boxes, dets.box32)
         cost = 1.0 - _vertical_iou(track_boxes, dets.box32) * iou
         if self.config.with_reid:  # a pair without an embedding on either side is judged on motion alone
             appearance = cosine_distance([t.smoothed for t in tracks], dets.embeddings)
             mixed = self.config.iou_weight * cost + self.config.reid_weight * appearance
             cost = np.where(np.isnan(appearance), cost, mixed)
-        current = np.array([t.score32 for t in tracks])
-        projected = current + (current - np.array([t.prev_score for t in tracks]))
+        current = self.table.score[rows]
+        projected = current + (current - self.table.prev_score[rows])
         cost += self.config.conf_weight * np.abs(projected[:, None] - dets.score32[None])
         supported = iou > SUPPORT_IOU
         pairs = np.nonzero(supported)
         if len(pairs[0]):
-            cost[pairs] += self.config.angle_weight * self._angle_cost(tracks, dets, pairs)
+            cost[pairs] += self.config.angle_weight * self._angle_cost(rows, dets, pairs)
         cost[~supported] = 1.0
         return _clip01(cost)
 
-    def _angle_cost(self, tracks: list, dets: Detections, pairs) -> np.ndarray:
+    def _angle_cost(self, track_rows: np.ndarray, dets: Detections, pairs) -> np.ndarray:
         """For the (track, detection) index pairs: the mean over the four corners of the angle (of pi) between the
         corner's velocity and the way from its box DELTA_T frames back to the detection's, times the score."""
         rows, cols = pairs
-        back = [t.box_back(self.frame_id, DELTA_T) for t in tracks]
-        wide = np.array([b.dtype == np.float64 for b in back])
-        back = np.array(back, np.float64)[rows]  # float64 only if one of the pairs' boxes is, as the reference's
+        back, wide = self.table.back(track_rows, self.frame_id, STEPS_BACK[-1:])
+        back, wide = back[0][rows], wide[0]  # float64 only if one of the pairs' boxes is, as the reference's
         ways = dets.box32[cols] - (back if wide[rows].any() else back.astype(np.float32))
         dx, dy = ways[:, CORNER_X], ways[:, CORNER_Y]
         norm = np.sqrt(dx * dx + dy * dy) + 1e-5
         dx /= norm
         dy /= norm
-        velocity = np.array([t.velocity for t in tracks])[rows]
+        velocity = self.table.velocity[track_rows[rows]]
         dot = velocity[:, :, 0] * dx + velocity[:, :, 1] * dy
         angle = np.abs(np.arccos(np.clip(dot, -1, 1))).mean(axis=-1) / np.pi
         return angle * dets.score32[cols]
@@ -276,19 +303,20 @@ class TrackTrack:
         """Track-aware initialisation: which leftover detections may start a track (score above new_track_thresh,
         IoU <= tai_thr with every active track and with every stronger detection allowed before it)."""
         allow = dets.score32 > self.config.new_track_thresh
-        if len(active) + len(dets) < 2:
+        tai = self.config.tai_thr
+        if active and allow.any():  # a track listed twice (tracked and activated) counts once: same box
+            track_boxes = state_to_xyxy(self.table.mean[np.unique(_rows(active))], False).astype(np.float32)
+            chosen = np.flatnonzero(allow)
+            allow[chosen] = iou32(dets.box32[chosen], track_boxes).max(axis=1) <= tai
+        candidates = np.array([i for i in dets.score32.argsort()[::-1] if allow[i]], np.int64)  # strongest first
+        if len(candidates) < 2:
             return allow
-        boxes = np.concatenate([boxes_xyxy(active).astype(np.float32), dets.box32])
-        iou = iou32(boxes, boxes)
-        n = len(active)
-        if n:
-            allow &= iou[n:, :n].max(axis=1) <= self.config.tai_thr
-        among = iou[n:, n:]
-        for i in dets.score32.argsort()[::-1]:
+        among = iou32(dets.box32[candidates], dets.box32[candidates])
+        for k, i in enumerate(candidates):
             if allow[i]:
-                beaten = among[i] > self.config.tai_thr
-                beaten[i] = False
-                allow[beaten] = False
+                beaten = among[k] > tai
+                beaten[k] = False
+                allow[candidates[beaten]] = False
         return allow
 
     def _merge(self, activated: list, refound: list, lost: list, removed: list) -> None:
@@ -301,31 +329,32 @@ class TrackTrack:
         still_lost = [t for t in self.lost if t.track_id not in ids] + lost
         gone = set(self.removed_ids)
         still_lost = [t for t in still_lost if t.track_id not in gone]
-        self.tracked, self.lost = drop_duplicates(tracked, still_lost, _iou_cost32)
+        self.tracked, self.lost = drop_duplicates(tracked, still_lost, _iou_cost32, self._boxes)
         self.removed_ids.extend(t.track_id for t in removed)
 
 
-def _advance(tracks: list, boxes: np.ndarray, frame_id: int, min_track_len: int) -> None:
+def _advance(table: TrackTable, tracks: list, boxes: np.ndarray, frame_id: int, min_track_len: int) -> None:
     """Tracked (or new) tracks' float32 detection boxes of this frame: their history, corner velocities (the mean
     over 1..DELTA_T frames back of the unit step of each corner, over the frames apart) and confirmation. A step
     from a float32 box is worked out in float32, from a float64 one (a Kalman estimate) in float64, as in the
     reference."""
-    for track, box in zip(tracks, boxes):
-        track.tracklet_len += 1
-        track.remember(frame_id, box)
-    back = [t.box_back(frame_id, dt) for dt in range(1, DELTA_T + 1) for t in tracks]  # (DELTA_T * n), dt first
-    wide = np.array([b.dtype == np.float64 for b in back]).reshape(DELTA_T, len(tracks), 1, 1)
-    back = np.array(back, np.float64).reshape(DELTA_T, len(tracks), 4)
+    rows = _rows(tracks)
+    table.length[rows] += 1
+    table.remember(rows, frame_id, boxes, False)
+    back, wide = table.back(rows, frame_id, STEPS_BACK)  # (DELTA_T, n, 4), (DELTA_T, n)
     # every step both ways (float32 for float32 boxes, float64 for Kalman ones), each row then takes its own
     narrow_steps = _unit_steps(boxes[None] - back.astype(np.float32))
-    wide_steps = _unit_steps(boxes[None] - back)
+    wide_steps = _unit_steps(boxes[None] - back) if wide.any() else None
     velocity = np.zeros((len(tracks), 4, 2), np.float32)
     for k in range(DELTA_T):
-        velocity += np.where(wide[k], wide_steps[k] / (k + 1), narrow_steps[k] / (k + 1))
+        step = narrow_steps[k] / (k + 1)
+        # float32 + float32 rounds as float64's sum rounded to float32 (53 >= 2 * 24 + 2 bits): the same bits
+        velocity += step if wide_steps is None else np.where(wide[k][:, None, None], wide_steps[k] / (k + 1), step)
     velocity /= DELTA_T
-    for track, v in zip(tracks, velocity):
-        track.velocity = v
-        if track.state == TrackState.TRACKED or track.tracklet_len + 1 >= min_track_len:
+    table.velocity[rows] = velocity
+    confirmed = table.length[rows] + 1 >= min_track_len
+    for track, sure in zip(tracks, confirmed.tolist()):
+        if sure or track.state == TrackState.TRACKED:
             track.state, track.is_activated = TrackState.TRACKED, True
 
 
