@@ -34,9 +34,10 @@ def rounds(args: argparse.Namespace, out: Path) -> dict[str, dict[str, list[floa
             for side in order:
                 times[cmd][side].append(_timed_command(commands(sides[side], args, out)[cmd]))
             pt, int8 = times[cmd]["pt"][-1], times[cmd]["int8"][-1]
+            threads = os.environ.get("OMP_NUM_THREADS", "fitted")
             print(
-                f"{cmd} round {r + 1} (load {load:.2f}, {'/'.join(order)}): .pt {pt:.2f} s, INT8 {int8:.2f} s, "
-                f"ratio {int8 / pt:.2f}",
+                f"{cmd} round {r + 1} (load {load:.2f}, threads {threads}, {'/'.join(order)}): "
+                f".pt {pt:.2f} s, INT8 {int8:.2f} s, ratio {int8 / pt:.2f}",
                 flush=True,
             )
     return times
@@ -52,7 +53,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="test.py's")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commands", nargs="+", default=["detect", "test"], choices=["detect", "test"])
+    parser.add_argument("--threads", type=int, help="CPU threads of both sides (default: each command fits its own)")
     args = parser.parse_args()
+    if args.threads:  # each command otherwise picks 1 or 2 threads from the idle cores it sees at its start
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         times = rounds(args, Path(tmp))
     for cmd, sides in times.items():
