@@ -83,12 +83,13 @@ class Backend(nn.Module):
             shape = f"(batch, boxes, {self.output_width})"
             raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(out.shape)}, expected {shape}")
         out = out.to(x.device).float()
-        # What the metadata claims is settled by the graph, not by the image: a raw output is checked in full once per
-        # input shape (a 640x480 yolov5n output is 1.6M values: every image's NaN and score scan cost OpenVINO INT8
-        # 14% of its forward time in detect.py on COCO128), an end-to-end output's few class ids every time.
+        # What the metadata claims is settled by the graph, not by the image: a raw output is checked once per input
+        # shape, on its first image (a 640x480 yolov5n output is 1.6M values: every image's NaN and score scan cost
+        # OpenVINO INT8 14% of its forward time in detect.py on COCO128; test.py's batches of 16, each of a new
+        # shape, 17%), an end-to-end output's few class ids every time, on every image.
         if self.family.end2end or tuple(x.shape) not in self.checked_shapes:
-            hw, strides = tuple(x.shape[2:]), self.stride.tolist()
-            problem = output_problem(out, hw, len(self.names), self.family.end2end, strides, self.family.anchors)
+            hw, strides, checked = tuple(x.shape[2:]), self.stride.tolist(), out if self.family.end2end else out[:1]
+            problem = output_problem(checked, hw, len(self.names), self.family.end2end, strides, self.family.anchors)
             if problem:
                 raise BackendError(f"{self.path}: its metadata does not fit the model: {problem}")
             self.checked_shapes.add(tuple(x.shape))

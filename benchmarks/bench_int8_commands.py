@@ -1,0 +1,68 @@
+"""Whole detect.py and test.py commands, a .pt against its INT8 export, side by side: rounds alternate which runs
+first, each round's load average is printed with its wall times, and the ratio is taken per round and of the medians.
+
+    python benchmarks/bench_int8_commands.py --pt yolov5n.pt --int8 yolov5n_int8_openvino_model --data coco128.yaml \
+        --source ../datasets/coco128/images/train2017 --rounds 3
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from bench_common import _timed_command
+
+
+def commands(weights: Path, args: argparse.Namespace, out: Path) -> dict[str, list[str]]:
+    """detect.py and test.py on weights, writing into out (never into a user's runs/ folder)."""
+    detect = ["detect.py", "--weights", str(weights), "--source", args.source, "--img", str(args.img)]
+    test = ["test.py", "--weights", str(weights), "--data", args.data, "--img", str(args.img)]
+    test += ["--batch-size", str(args.batch_size)]
+    place = ["--project", str(out), "--name", weights.name, "--exist-ok"]
+    return {"detect": detect + place, "test": test + place}
+
+
+def rounds(args: argparse.Namespace, out: Path) -> dict[str, dict[str, list[float]]]:
+    """Wall seconds of each command with each weights, per round, alternating which weights go first."""
+    sides = {"pt": Path(args.pt), "int8": Path(args.int8)}
+    times = {cmd: {side: [] for side in sides} for cmd in args.commands}
+    for cmd in args.commands:
+        for r in range(args.rounds):
+            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            load = os.getloadavg()[0]
+            for side in order:
+                times[cmd][side].append(_timed_command(commands(sides[side], args, out)[cmd]))
+            pt, int8 = times[cmd]["pt"][-1], times[cmd]["int8"][-1]
+            threads = os.environ.get("OMP_NUM_THREADS", "fitted")
+            print(
+                f"{cmd} round {r + 1} (load {load:.2f}, threads {threads}, {'/'.join(order)}): "
+                f".pt {pt:.2f} s, INT8 {int8:.2f} s, ratio {int8 / pt:.2f}",
+                flush=True,
+            )
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pt", required=True, help=".pt weights")
+    parser.add_argument("--int8", required=True, help="its INT8 export (an OpenVINO folder, an ONNX file, ...)")
+    parser.add_argument("--data", required=True, help="data YAML for test.py")
+    parser.add_argument("--source", required=True, help="images for detect.py")
+    parser.add_argument("--img", type=int, default=640)
+    parser.add_argument("--batch-size", type=int, default=16, help="test.py's")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--commands", nargs="+", default=["detect", "test"], choices=["detect", "test"])
+    parser.add_argument("--threads", type=int, help="CPU threads of both sides (default: each command fits its own)")
+    args = parser.parse_args()
+    if args.threads:  # each command otherwise picks 1 or 2 threads from the idle cores it sees at its start
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        times = rounds(args, Path(tmp))
+    for cmd, sides in times.items():
+        pt, int8 = statistics.median(sides["pt"]), statistics.median(sides["int8"])
+        print(f"{cmd}: median .pt {pt:.2f} s, INT8 {int8:.2f} s, ratio of medians {int8 / pt:.2f}")
+
+
+if __name__ == "__main__":
+    main()
