@@ -1,7 +1,6 @@
 """Association costs between tracks and detections, and the assignment that pairs them (scipy's solver)."""
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -64,6 +63,9 @@ def _solve(cost: np.ndarray, max_cost: float, row_ids: list, col_ids: list) -> l
     extended[np.arange(rows), cols + np.arange(rows)] = max_cost / 2
     extended[rows + np.arange(cols), np.arange(cols)] = max_cost / 2
     extended[rows:, cols:] = 0
+    # imported here, not with the module: scipy.optimize was a fifth of every detect.py's start-up
+    from scipy.optimize import linear_sum_assignment
+
     r, c = linear_sum_assignment(extended)
     return [
         (int(row_ids[i]), int(col_ids[j])) for i, j in zip(r, c) if i < rows and j < cols and cost[i, j] <= max_cost
