@@ -60,9 +60,9 @@ class Ensemble(nn.Module):
         coefficients = predictions.new_zeros(*predictions.shape[:2], protos.shape[1])
         row = channel = 0
         for out in outputs:  # each member's rows, at its own prototypes' channels
-            rows, nm = out.coefficients.shape[1:]
-            coefficients[:, row : row + rows, channel : channel + nm] = out.coefficients
-            row, channel = row + rows, channel + nm
+            rows, channels = out.coefficients.shape[1:]
+            coefficients[:, row : row + rows, channel : channel + channels] = out.coefficients
+            row, channel = row + rows, channel + channels
         return MaskOutputs(predictions, None, coefficients, protos)
 
 

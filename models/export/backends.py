@@ -64,17 +64,17 @@ class TorchScriptBackend(Backend):
 
 def _check_outputs(path, shapes: list[list], width: int, masks: bool = False) -> None:
     """BackendError unless the graph's first output is (B, N, width), or for a segment export (masks) (B, N, width
-    + nm) and a second (B, nm, h, w) (symbolic dimensions pass)."""
-    shape, nm = shapes[0], None
+    + k) and a second (B, k, h, w): k mask coefficients per row, k prototypes (symbolic dimensions pass)."""
+    shape, coefs = shapes[0], None
     if masks:
         protos = shapes[1] if len(shapes) > 1 else []
         if len(protos) != 4:
             raise BackendError(f"{path} records the task segment, but its graph has no (batch, masks, h, w) output")
-        nm = protos[1]
-        width = width + nm if isinstance(nm, int) else None
+        coefs = protos[1]
+        width = width + coefs if isinstance(coefs, int) else None
     last = shape[-1] if shape else None
     if len(shape) != 3 or (isinstance(last, int) and width is not None and last != width):
-        expected = f"{width}" if not masks else f"{width - nm} + {nm} mask coefficients"
+        expected = f"{width}" if not masks else f"{width - coefs} + {coefs} mask coefficients"
         raise BackendError(
             f"{path} is not a YOLO export: its output has shape {list(shape)}, expected (batch, boxes, {expected})"
         )

@@ -82,16 +82,16 @@ class Backend(nn.Module):
         return tensors if self.task.masks else tensors[0]
 
     def _split(self, out, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(predictions (B, N, output_width + nm) float32 on x's device, prototypes (B, nm, h, w) or None), or
+        """(predictions (B, N, output_width + k) float32 on x's device, prototypes (B, k, h, w) or None), or
         BackendError when the graph's outputs are not what its metadata says (a detection export: one (B, N,
-        output_width); a segment export: predictions with nm coefficients per row, and nm prototypes)."""
+        output_width); a segment export: predictions with k mask coefficients per row, and k prototypes)."""
         many = isinstance(out, (list, tuple))
         pred, protos = (out[0], out[1] if self.task.masks and len(out) > 1 else None) if many else (out, None)
-        nm = protos.shape[1] if protos is not None and protos.ndim == 4 else 0
-        if self.task.masks and (not nm or protos.shape[0] != x.shape[0]):
+        coefs = protos.shape[1] if protos is not None and protos.ndim == 4 else 0
+        if self.task.masks and (not coefs or protos.shape[0] != x.shape[0]):
             got = "no prototypes" if protos is None else f"a {tuple(protos.shape)} second output"
             raise BackendError(f"{self.path} records the task segment, but its graph gives {got}: export it again")
-        width = self.output_width + nm
+        width = self.output_width + coefs
         if pred.ndim != 3 or pred.shape[0] != x.shape[0] or pred.shape[-1] != width:
             shape = f"(batch, boxes, {width})"
             raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(pred.shape)}, expected {shape}")
