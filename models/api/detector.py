@@ -27,11 +27,11 @@ from utils.errors import DetectorError, SourceError
 from utils.images import VID_FORMATS, read_image_checked, suffix, to_bgr_uint8
 from utils.infer.predict import Precision, PredictOptions, Predictor, check_options
 from utils.infer.sources import check_source, is_stream, not_regular, prepare, too_thin
+from utils.infer.track_inputs import track_with_masks, tracked_masks
 from utils.log import LOGGER
 from utils.torch_utils import prepare_for_inference, select_device
 from utils.track.config import DEFAULT_TRACKER
 from utils.track.session import TrackingSession
-from utils.track.stream import track
 
 Weights = str | Path | list[str | Path] | tuple[str | Path, ...] | nn.Module
 
@@ -156,8 +156,8 @@ def ids_tensor(ids: np.ndarray | None) -> torch.Tensor | None:
 def _results(result, image: np.ndarray, names: list[str]) -> Results:
     """The API's Results of one of the Predictor's ImageResults."""
     boxes = torch.from_numpy(np.ascontiguousarray(result.boxes))
-    masks = result.masks if result.ids is None else None  # tracked boxes are the tracks', not the masks' detections
-    return Results(boxes, names, result.shape, image, result.path, result.frame, ids_tensor(result.ids), masks)
+    # tracking, each tracked box's mask is the one of the detection it was matched to (track_with_masks)
+    return Results(boxes, names, result.shape, image, result.path, result.frame, ids_tensor(result.ids), result.masks)
 
 
 def _kind_of(value) -> str:
@@ -265,7 +265,7 @@ class Detector:
     def _track_source(self, source) -> Iterator[Results]:
         session, predictor = self.tracking.session, self.tracking.predictor
         frames = predictor.stream(check_source(source), verbose=False, frames=True)
-        for prediction, _ in track(frames, session, str(source)):
+        for prediction, _ in track_with_masks(frames, session, str(source)):
             yield _results(prediction.result, prediction.image, self.names)
 
     def _track_frames(self, inputs) -> Iterator[Results]:
@@ -274,8 +274,9 @@ class Detector:
             result = self._detect(name, image, predictor)
             extras = predictor.extras
             boxes, ids = session.update("frames", result.boxes.numpy(), image, extras.recovered, extras.features)
+            masks = None if result.masks is None else tracked_masks(result.masks, session.detections)
             yield Results(
-                torch.from_numpy(boxes), self.names, image.shape[:2], image, name, session.frame, ids_tensor(ids)
+                torch.from_numpy(boxes), self.names, image.shape[:2], image, name, session.frame, ids_tensor(ids), masks
             )
 
     def _letterbox(self, name: str, image: np.ndarray) -> np.ndarray:

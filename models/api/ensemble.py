@@ -10,8 +10,11 @@ from torch import nn
 
 from models.nn.family import mixed_rule
 from models.nn.head import set_end2end
+from models.nn.segment import MaskOutputs
+from models.nn.task import DETECT
 from models.weights.checkpoint import load_model
 from utils.errors import CheckpointError
+from utils.log import LOGGER
 
 
 class Ensemble(nn.Module):
@@ -19,6 +22,11 @@ class Ensemble(nn.Module):
 
     NMS over the concatenation merges the members' boxes, as YOLOv5's ensembles do. Members of mixed families:
     the ensemble takes the first model's family (its default thresholds and box rounding; models/nn/family.mixed_rule).
+
+    Segment members (every member's task has masks) give a MaskOutputs: the members' prototypes side by side along
+    the channels, and each prediction's coefficients placed at its own member's channels (zeros elsewhere), so a
+    detection's coefficients @ prototypes is its own model's mask. With detection members among them, the ensemble
+    is a detector (one warning).
     """
 
     def __init__(self, models: list[nn.Module]):
@@ -31,16 +39,31 @@ class Ensemble(nn.Module):
         self.names = list(models[0].names)
         self.family = mixed_rule([m.family for m in models])
         self.imgsz = models[0].imgsz  # the first model's training size, as its thresholds
+        tasks = [getattr(m, "task", DETECT) for m in models]
+        self.task = tasks[0] if all(t.masks for t in tasks) else DETECT
+        if any(t.masks for t in tasks) and not self.task.masks:
+            LOGGER.warning("WARNING: an ensemble of segment and detection models gives boxes only, no masks")
 
     @property
     def stride(self) -> torch.Tensor:
         """The largest member's strides, so inputs padded to them fit every member."""
         return max((m.stride for m in self.models), key=lambda s: float(s.max()))
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None] | MaskOutputs:
         # Members may differ in precision only through autocast; the concatenation takes the first member's dtype.
-        predictions = [model(x)[0] for model in self.models]
-        return torch.cat([p.to(predictions[0].dtype) for p in predictions], 1), None
+        outputs = [model(x) for model in self.models]
+        dtype = outputs[0][0].dtype
+        predictions = torch.cat([out[0].to(dtype) for out in outputs], 1)
+        if not self.task.masks:
+            return predictions, None
+        protos = torch.cat([out.protos.to(dtype) for out in outputs], 1)
+        coefficients = predictions.new_zeros(*predictions.shape[:2], protos.shape[1])
+        row = channel = 0
+        for out in outputs:  # each member's rows, at its own prototypes' channels
+            rows, channels = out.coefficients.shape[1:]
+            coefficients[:, row : row + rows, channel : channel + channels] = out.coefficients
+            row, channel = row + rows, channel + channels
+        return MaskOutputs(predictions, None, coefficients, protos)
 
 
 def load_models(

@@ -69,10 +69,11 @@ class Results:
         """A BGR copy of the image with the boxes (and 'class conf' labels) drawn, as detect.py draws them; the line
         width (None: scaled with the image, as detect.py's default) sets the label font's size too."""
         image = self.image.copy()
-        if self.masks is not None:  # under the boxes, coloured by class as detect.py draws them
-            draw_masks(image, self.masks, [colors(int(c), bgr=True) for c in self.boxes[:, 5].tolist()])
-        annotator = Annotator(image, line_width=line_width)
         ids = [None] * len(self.boxes) if self.id is None else self.id.tolist()
+        if self.masks is not None:  # under the boxes, coloured as detect.py draws them: by class, or by identity
+            keys = [c if i is None else i for c, i in zip(self.boxes[:, 5].tolist(), ids)]
+            draw_masks(image, self.masks, [colors(int(k), bgr=True) for k in keys])
+        annotator = Annotator(image, line_width=line_width)
         for (*xyxy, score, cls), track_id in zip(reversed(self.boxes.tolist()), reversed(ids)):
             name = self.names[int(cls)]
             label = (f"{name} {score:.2f}" if conf else name) if labels else ""

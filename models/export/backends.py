@@ -1,7 +1,8 @@
 """Exported models as inference backends: TorchScript, ONNX Runtime and OpenVINO behind one interface.
 
 load_backend(path, device) returns a Backend: called on a (B, 3, H, W) float tensor in [0, 1] it returns
-(predictions (B, N, 5 + nc) on the input's device, None), as a PyTorch Model in eval mode does, and it carries
+(predictions (B, N, 5 + nc) on the input's device, None), as a PyTorch Model in eval mode does (a segment export:
+MaskOutputs, with each row's mask coefficients and the prototypes, as the segment model gives them), and it carries
 names, stride, fixed_shape ((h, w) of a static export, None for a dynamic one), batch (a fixed batch or None) and
 kind. The export's own metadata (names, stride, imgsz, batch, dynamic) is all it needs. Backends run in the
 precision they were exported in; ONNX Runtime and OpenVINO use torch's thread count so speeds compare fairly.
@@ -60,15 +61,24 @@ class TorchScriptBackend(Backend):
     def run(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.device, self.dtype)
         out = self.module(x.contiguous(memory_format=torch.channels_last) if self.channels_last else x)
-        return out[0] if isinstance(out, (list, tuple)) else out
+        return self.outputs(list(out)) if isinstance(out, (list, tuple)) else out
 
 
-def _check_outputs(path, shape: list, width: int) -> None:
-    """BackendError unless the graph's one output is (B, N, width) (symbolic dimensions pass)."""
+def _check_outputs(path, shapes: list[list], width: int, masks: bool = False) -> None:
+    """BackendError unless the graph's first output is (B, N, width), or for a segment export (masks) (B, N, width
+    + k) and a second (B, k, h, w): k mask coefficients per row, k prototypes (symbolic dimensions pass)."""
+    shape, coefs = shapes[0], None
+    if masks:
+        protos = shapes[1] if len(shapes) > 1 else []
+        if len(protos) != 4:
+            raise BackendError(f"{path} records the task segment, but its graph has no (batch, masks, h, w) output")
+        coefs = protos[1]
+        width = width + coefs if isinstance(coefs, int) else None
     last = shape[-1] if shape else None
-    if len(shape) != 3 or (isinstance(last, int) and last != width):
+    if len(shape) != 3 or (isinstance(last, int) and width is not None and last != width):
+        expected = f"{width}" if not masks else f"{width - coefs} + {coefs} mask coefficients"
         raise BackendError(
-            f"{path} is not a YOLO export: its output has shape {list(shape)}, expected (batch, boxes, {width})"
+            f"{path} is not a YOLO export: its output has shape {list(shape)}, expected (batch, boxes, {expected})"
         )
 
 
@@ -92,13 +102,13 @@ class OnnxBackend(Backend):
             raise
         except Exception as e:  # onnxruntime raises its own exception types for unreadable graphs
             raise BackendError(f"{path} is not a readable ONNX model: {error_line(e)}") from None
-        _check_outputs(path, session.get_outputs()[0].shape, self.output_width)
+        _check_outputs(path, [o.shape for o in session.get_outputs()], self.output_width, self.task.masks)
         self.session, self.input_name = session, session.get_inputs()[0].name
         self.numpy_dtype = np.float16 if "float16" in session.get_inputs()[0].type else np.float32
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         array = x.detach().cpu().numpy().astype(self.numpy_dtype, copy=False)
-        return torch.from_numpy(self.session.run(None, {self.input_name: array})[0])
+        return self.outputs(self.session.run(None, {self.input_name: array}))
 
 
 class OpenVinoBackend(Backend):
@@ -117,9 +127,8 @@ class OpenVinoBackend(Backend):
         check_openvino_ir(xmls[0])
         core = ov.Core()
         model = _openvino_call(core.read_model, xmls[0], "could not be read by OpenVINO", str(xmls[0]))
-        _check_outputs(
-            path, [d.get_length() if d.is_static else None for d in model.output(0).partial_shape], self.output_width
-        )
+        shapes = [[d.get_length() if d.is_static else None for d in o.partial_shape] for o in model.outputs]
+        _check_outputs(path, shapes, self.output_width, self.task.masks)
         # f32 as exported unless --bf16 asks for bfloat16 (OpenVINO's own default on CPUs with AMX or AVX512-BF16)
         precision = "bf16" if bf16 and cpu_supports_bf16() else "f32"
         if bf16 and precision == "f32":
@@ -138,7 +147,8 @@ class OpenVinoBackend(Backend):
     def run(self, x: torch.Tensor) -> torch.Tensor:
         array = x.detach().cpu().numpy().astype(np.float32, copy=False)
         # share_inputs: OpenVINO reads the array in place instead of copying it into its own tensor first
-        return torch.from_numpy(np.asarray(self.compiled([array], share_inputs=True)[self.output]))
+        # the predictions (and a segment model's prototypes)
+        return self.outputs(self.compiled([array], share_inputs=True).to_tuple())
 
     @staticmethod
     def cached(config: dict) -> dict:
@@ -229,4 +239,7 @@ def load_backend(path: str | Path, device: str | torch.device = "cpu", bf16: boo
         raise BackendError(f"{path}: unknown export format (use .pt, {suffixes})")
     if fmt.folder != path.is_dir():
         raise BackendError(f"{path} is not {'a folder' if fmt.folder else 'a file'}: not a {fmt.name} export of ours")
-    return fmt.load_backend(path, device, bf16)
+    backend = fmt.load_backend(path, device, bf16)
+    if backend.task.masks and not fmt.masks:  # export.py refuses to write one: its metadata was edited
+        raise BackendError(f"{path}: {fmt.name} exports of {backend.task.title} models are not supported yet")
+    return backend

@@ -37,7 +37,7 @@ import yaml
 from torch import nn
 
 from models.export import quantize
-from models.export.formats import FORMATS, INT8_FORMATS, format_of
+from models.export.formats import FORMATS, INT8_FORMATS, MASK_FORMATS, format_of
 from models.export.metadata import parse_metadata, read_metadata
 from models.export.scratch import scratch_folder
 from models.weights.checkpoint import load_model
@@ -104,15 +104,22 @@ class ExportJob:
 
 
 class InferenceOutput(nn.Module):
-    """The model with only its decoded predictions as output: forward returns pred, not (pred, raw maps)."""
+    """The model with only its decoded predictions as output: forward returns pred, not (pred, raw maps); a model
+    whose task has masks (models/nn/task.py) returns its predictions with each row's mask coefficients appended and
+    its prototypes, as YOLOv5's and Ultralytics' segment exports do."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
+        self.masks = model.task.masks
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) in [0, 1] -> (B, N, 5 + nc), or an end-to-end head's final (B, k, 6)."""
-        return self.model(x)[0]
+    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """(B, 3, H, W) in [0, 1] -> (B, N, 5 + nc), or an end-to-end head's final (B, k, 6); with masks
+        ((B, N, 5 + nc + nm) or (B, k, 6 + nm), prototypes (B, nm, H/4, W/4))."""
+        out = self.model(x)
+        if not self.masks:
+            return out[0]
+        return torch.cat((out[0], out.coefficients.to(out[0].dtype)), 2), out.protos
 
 
 def require(package: str):
@@ -137,6 +144,7 @@ def export_metadata(model: nn.Module, options: ExportOptions) -> dict:
     return {
         "names": list(model.names),
         "family": model.family.name,
+        "task": model.task.name,  # a segment export's graph also outputs the prototypes (models/nn/task.py)
         "end2end": model.family.end2end,
         "stride": max(strides),
         "strides": strides,
@@ -159,11 +167,20 @@ def export_torchscript(job: ExportJob, path: Path) -> Path:
     return path
 
 
-def _dynamic_axes(dynamic: bool) -> dict | None:
-    """Batch, height and width of the input (batch and boxes of the output) as named dynamic axes."""
+def _output_names(masks: bool) -> list[str]:
+    """The graph's outputs: the predictions, and a segment model's prototypes (YOLOv5's and Ultralytics' names)."""
+    return ["output0", "output1"] if masks else ["output0"]
+
+
+def _dynamic_axes(dynamic: bool, masks: bool = False) -> dict | None:
+    """Batch, height and width of the input (batch and boxes of the output, batch and size of the prototypes) as
+    named dynamic axes."""
     if not dynamic:
         return None
-    return {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch", 1: "anchors"}}
+    axes = {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch", 1: "anchors"}}
+    if masks:
+        axes["output1"] = {0: "batch", 2: "mask_height", 3: "mask_width"}
+    return axes
 
 
 def _write_onnx(job: ExportJob, path: Path) -> None:
@@ -176,9 +193,9 @@ def _write_onnx(job: ExportJob, path: Path) -> None:
             (job.sample,),
             str(path),
             input_names=["images"],
-            output_names=["output0"],
+            output_names=_output_names(job.model.masks),
             opset_version=opset,
-            dynamic_axes=_dynamic_axes(job.options.dynamic),
+            dynamic_axes=_dynamic_axes(job.options.dynamic, job.model.masks),
             do_constant_folding=True,
             dynamo=False,
         )
@@ -390,6 +407,17 @@ def check_int8(formats: list[str], options: ExportOptions) -> list[str]:
     return files
 
 
+def check_task(formats: list[str], task) -> None:
+    """ExportError (one line, before any export is written) when a format cannot carry the model's task: a segment
+    model's prototypes go through TorchScript, ONNX and OpenVINO only, so far."""
+    unable = [f for f in formats if task.masks and not FORMATS[f].masks]
+    if unable:
+        raise ExportError(
+            f"--include {unable[0]}: {task.title} models are not supported by {unable[0]} exports yet "
+            f"(export them with --include {' '.join(MASK_FORMATS)})"
+        )
+
+
 def export(weights: str | Path, include: list[str], options: ExportOptions, device: torch.device) -> list[Exported]:
     """Export weights to every format in include, beside the weights; one Exported per format.
 
@@ -411,6 +439,7 @@ def export(weights: str | Path, include: list[str], options: ExportOptions, devi
         check_destination(output_path(weights, fmt, options.int8))
     with scratch_folder(weights) as scratch:
         job = prepare(weights, options, device, converted_half)
+        check_task(formats, job.model.model.task)
         job.scratch = Path(scratch)
         if calibration_files:
             auto = options.dynamic  # detect.py's letterbox: a stride-padded rectangle, or the fixed static shape

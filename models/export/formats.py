@@ -31,6 +31,7 @@ class ExportFormat:
     int8_weights_only: bool = False  # --int8 quantizes the weights alone: no calibration images, no --data
     nested: bool = False  # a folder export with subfolders of its own (CoreML's .mlpackage)
     runs_on: str = ""  # what its runtime needs beyond the packages: "cuda" (TensorRT), "macos" (CoreML)
+    masks: bool = False  # its writer and backend carry a segment model's prototypes (models/nn/task.py) too
 
     def path_for(self, weights: Path, int8: bool = False) -> Path:
         """Where an export of weights goes: beside them, with YOLOv5's names (int8 ones with _int8 after the stem)."""
@@ -78,6 +79,7 @@ FORMATS = {
             writer=f"{_EXPORTER}:export_torchscript",
             metadata=f"{_METADATA}:torchscript_metadata",
             backend=f"{_BACKENDS}:TorchScriptBackend",
+            masks=True,
         ),
         ExportFormat(
             "onnx",
@@ -88,6 +90,7 @@ FORMATS = {
             writer=f"{_EXPORTER}:export_onnx",
             metadata=f"{_METADATA}:onnx_metadata",
             backend=f"{_BACKENDS}:OnnxBackend",
+            masks=True,
         ),
         ExportFormat(
             "openvino",
@@ -99,6 +102,7 @@ FORMATS = {
             metadata=f"{_METADATA}:openvino_metadata",
             backend=f"{_BACKENDS}:OpenVinoBackend",
             files=(".xml", ".bin"),
+            masks=True,
         ),
         ExportFormat(
             "engine",
@@ -167,6 +171,7 @@ FORMATS = {
     )
 }
 INT8_FORMATS = tuple(name for name, f in FORMATS.items() if f.int8)
+MASK_FORMATS = tuple(name for name, f in FORMATS.items() if f.masks)
 
 
 def format_of(path: str | Path) -> ExportFormat | None:

@@ -5,12 +5,15 @@ import importlib
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from models.export.metadata import error_line
 from models.export.output_checks import output_problem
 from models.nn.family import family_of_export
+from models.nn.segment import MaskOutputs
+from models.nn.task import task_of_export
 from utils.cli import is_out_of_memory
 from utils.errors import BackendError, ModelConfigError
 
@@ -31,7 +34,9 @@ def import_optional(module: str):
 
 
 class Backend(nn.Module):
-    """An exported model; forward(x) -> (predictions on x's device, None). Subclasses implement run(x)."""
+    """An exported model; forward(x) -> (predictions on x's device, None), or for a segment export a MaskOutputs
+    (models/nn/segment.py: the same pair with .coefficients and .protos), as the PyTorch model gives them.
+    Subclasses implement run(x)."""
 
     kind = "backend"
     last_line = False  # whether the runtime's exception text has its cause on its last line (OpenVINO)
@@ -47,8 +52,10 @@ class Backend(nn.Module):
         self.calibration_images = meta["calibration_images"]
         # The exported model's family (exports from before it was recorded: recognised once, here); YOLO26's
         # end-to-end exports give final (B, k, 6) detections, which the Predictor and Validator do not NMS.
+        # Its task (models/nn/task.py; exports from before it was recorded are detection exports): a segment
+        # export's graph gives each prediction row's mask coefficients after its columns, and the prototypes.
         try:
-            self.family = family_of_export(meta)
+            self.family, self.task = family_of_export(meta), task_of_export(meta)
         except ModelConfigError as e:
             raise BackendError(f"{path}: {e}") from None
         self.imgsz = max(meta["imgsz"])  # the size it was exported at: its default inference size
@@ -63,14 +70,38 @@ class Backend(nn.Module):
         self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
         self.checked_shapes: set[tuple[int, ...]] = set()  # input shapes whose output fitted the metadata
 
-    def run(self, x: torch.Tensor) -> torch.Tensor:
-        """Raw predictions of one batch the export accepts."""
+    def run(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Raw predictions of one batch the export accepts; a graph with several outputs may give them all (a
+        segment export's second output is its prototypes)."""
         raise NotImplementedError
 
-    def checked_run(self, x: torch.Tensor) -> torch.Tensor:
-        """run(x) as float32 on x's device; a runtime's failure (a graph that does not take this input or gives
-        another output than (B, N, output_width), or one that does not fit its metadata: output_checks) as one
-        BackendError line naming the export; out of memory (each runtime says it its own way) is left to the caller."""
+    def outputs(self, arrays: list) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """A runtime's output arrays as run() returns them: the predictions, and a segment export's prototypes."""
+        kept = arrays[: 2 if self.task.masks else 1]
+        tensors = tuple(a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a)) for a in kept)
+        return tensors if self.task.masks else tensors[0]
+
+    def _split(self, out, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(predictions (B, N, output_width + k) float32 on x's device, prototypes (B, k, h, w) or None), or
+        BackendError when the graph's outputs are not what its metadata says (a detection export: one (B, N,
+        output_width); a segment export: predictions with k mask coefficients per row, and k prototypes)."""
+        many = isinstance(out, (list, tuple))
+        pred, protos = (out[0], out[1] if self.task.masks and len(out) > 1 else None) if many else (out, None)
+        coefs = protos.shape[1] if protos is not None and protos.ndim == 4 else 0
+        if self.task.masks and (not coefs or protos.shape[0] != x.shape[0]):
+            got = "no prototypes" if protos is None else f"a {tuple(protos.shape)} second output"
+            raise BackendError(f"{self.path} records the task segment, but its graph gives {got}: export it again")
+        width = self.output_width + coefs
+        if pred.ndim != 3 or pred.shape[0] != x.shape[0] or pred.shape[-1] != width:
+            shape = f"(batch, boxes, {width})"
+            raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(pred.shape)}, expected {shape}")
+        return pred.to(x.device).float(), None if protos is None else protos.to(x.device).float()
+
+    def checked_run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(predictions, prototypes or None) of run(x) as float32 on x's device (_split); a runtime's failure (a
+        graph that does not take this input or gives other outputs, or one that does not fit its metadata:
+        output_checks) as one BackendError line naming the export; out of memory (each runtime says it its own way)
+        is left to the caller."""
         try:
             out = self.run(x)
         except Exception as e:  # torch.jit.Error, onnxruntime's and OpenVINO's types are not RuntimeErrors
@@ -79,10 +110,12 @@ class Backend(nn.Module):
             raise BackendError(
                 f"{self.path} failed on a {tuple(x.shape)} input: {error_line(e, self.last_line)}"
             ) from None
-        if out.ndim != 3 or out.shape[0] != x.shape[0] or out.shape[-1] != self.output_width:
-            shape = f"(batch, boxes, {self.output_width})"
-            raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(out.shape)}, expected {shape}")
-        out = out.to(x.device).float()
+        out, protos = self._split(out, x)
+        self.check_output(out[..., : self.output_width], x)
+        return out, protos
+
+    def check_output(self, out: torch.Tensor, x: torch.Tensor) -> None:
+        """BackendError when the predictions do not fit what the metadata claims (output_checks)."""
         # What the metadata claims is settled by the graph, not by the image: a raw output is checked once per input
         # shape, on its first image (a 640x480 yolov5n output is 1.6M values: every image's NaN and score scan cost
         # OpenVINO INT8 14% of its forward time in detect.py on COCO128; test.py's batches of 16, each of a new
@@ -93,7 +126,6 @@ class Backend(nn.Module):
             if problem:
                 raise BackendError(f"{self.path}: its metadata does not fit the model: {problem}")
             self.checked_shapes.add(tuple(x.shape))
-        return out
 
     def run_shape(self, images: int, height: int, width: int) -> tuple[int, int]:
         """The (h, w) an input of this size runs at, padded: a static export's one shape (any smaller input fits in
@@ -105,7 +137,7 @@ class Backend(nn.Module):
         step = self.shape_step if images == 1 else None
         return (-(-height // step) * step, -(-width // step) * step) if step else (height, width)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None] | MaskOutputs:
         h, w = x.shape[2:]
         run_h, run_w = self.run_shape(x.shape[0], h, w)
         if h > run_h or w > run_w:
@@ -118,21 +150,38 @@ class Backend(nn.Module):
             canvas = x.new_full((*x.shape[:2], run_h, run_w), LETTERBOX_GREY)
             canvas[..., top : top + h, left : left + w] = x
             x = canvas
-        out = self._fixed_batches(x) if self.batch else self.checked_run(x)
+        out, protos = self._fixed_batches(x) if self.batch else self.checked_run(x)
         if top or left:  # boxes back in the coordinates of the input as given
             out[..., 0] -= left
             out[..., 1] -= top
             if self.family.end2end:  # (x1, y1, x2, y2) rows; raw rows are (cx, cy, w, h)
                 out[..., 2] -= left
                 out[..., 3] -= top
-        return out, None
+        if protos is None:
+            return out, None
+        protos = _cropped_protos(protos, (top, left), (h, w), (run_h, run_w))
+        width = self.output_width
+        return MaskOutputs(out[..., :width], None, out[..., width:], protos)
 
-    def _fixed_batches(self, x: torch.Tensor) -> torch.Tensor:
-        """A fixed-batch export's output for any number of images: larger inputs split, the last chunk zero-padded."""
-        outputs = []
+    def _fixed_batches(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A fixed-batch export's outputs for any number of images: larger inputs split, the last chunk
+        zero-padded."""
+        outputs, prototypes = [], []
         for chunk in x.split(self.batch):
             n = chunk.shape[0]
             if n < self.batch:
                 chunk = torch.cat([chunk, chunk.new_zeros((self.batch - n, *chunk.shape[1:]))])
-            outputs.append(self.checked_run(chunk)[:n])
-        return torch.cat(outputs)
+            out, protos = self.checked_run(chunk)
+            outputs.append(out[:n])
+            prototypes.append(None if protos is None else protos[:n])
+        return torch.cat(outputs), None if prototypes[0] is None else torch.cat(prototypes)
+
+
+def _cropped_protos(protos: torch.Tensor, top_left, hw, run_hw) -> torch.Tensor:
+    """The prototypes of the input as given, when it ran centred in a larger canvas: the canvas's prototypes cover
+    it at their own scale (1/4 of the input at every stride the exporters use), so the input's part is cut out."""
+    if tuple(hw) == tuple(run_hw):
+        return protos
+    scale_h, scale_w = protos.shape[2] / run_hw[0], protos.shape[3] / run_hw[1]
+    y, x = round(top_left[0] * scale_h), round(top_left[1] * scale_w)
+    return protos[..., y : y + max(round(hw[0] * scale_h), 1), x : x + max(round(hw[1] * scale_w), 1)]

@@ -18,7 +18,7 @@ import torch
 
 from utils.errors import DetectError, RunFolderError
 from utils.files import increment_path, is_run_dir
-from utils.infer.masks import draw_masks, polygon_rows
+from utils.infer.masks import InstanceMasks, draw_masks, polygon_rows
 from utils.infer.predict import Prediction
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER
@@ -324,8 +324,8 @@ class Outputs:
             self.tracks.write(tracked, result.boxes, self.may_write)
         if not (o.save_img or o.save_crop or self.view):
             return True
-        ids, masks = (None, result.masks) if tracked is None else (tracked.ids, None)  # masks follow detections
-        annotated = self._draw(prediction.image, result.boxes, name, ids, masks)
+        ids = None if tracked is None else tracked.ids  # a tracked box's mask is its detection's (track_inputs)
+        annotated = self._draw(prediction.image, result.boxes, name, ids, result.masks)
         video_file = self.save_dir / f"{stem}.mp4"
         if o.save_img and result.frame == 0:
             write_image(self.save_dir / f"{name}{Path(result.path).suffix}", annotated, self.may_write)
@@ -337,17 +337,27 @@ class Outputs:
         return True
 
     def _write_labels(self, file: Path, result, tracked: Tracked | None) -> None:
-        if result.masks is not None and tracked is None:  # a segment model's: polygon rows (utils/infer/masks.py)
+        if result.masks is not None:  # a segment model's: polygon rows (utils/infer/masks.py), a track's id last
             rows = polygon_rows(result.masks, result.boxes, self.options.save_conf, lowest_first=True)
+            if tracked is not None:  # row by row: a mask with no outline writes no row, and must not shift the ids
+                rows = [f"{row} {int(i)}" for i, row in self._tracked_polygon_rows(result, tracked.ids)]
             file.write_text("".join(f"{row}\n" for row in rows))
         else:  # lowest confidence first, as YOLOv5 writes them; a new file each time, not appended
             boxes = torch.from_numpy(result.boxes).flip(0)
             write_yolo_labels(file, boxes, result.shape, self.options.save_conf)
-        if tracked is not None:  # the track id as the last column of each row (rows are in the order written)
+        if tracked is not None and result.masks is None:  # the track id as the last column of each row (in order)
             lines = file.read_text().splitlines()
             ids = tracked.ids[::-1].tolist()
             file.write_text("".join(f"{line} {int(i)}\n" for line, i in zip(lines, ids)))
         self.labels.add(file)
+
+    def _tracked_polygon_rows(self, result, ids: np.ndarray) -> list[tuple[int, str]]:
+        """(track id, polygon row) per tracked box with an outline, lowest confidence first."""
+        rows, masks = [], result.masks
+        for i in range(len(masks) - 1, -1, -1):
+            one = InstanceMasks(masks.shape, masks.origins[i : i + 1], masks.crops[i : i + 1])
+            rows += [(ids[i], row) for row in polygon_rows(one, result.boxes[i : i + 1], self.options.save_conf)]
+        return rows
 
     def _draw(self, image: np.ndarray, boxes: np.ndarray, name: str, ids: np.ndarray | None = None, masks=None):
         """Boxes and labels drawn on image (in place); crops saved from an untouched copy first. With ids, each box
@@ -355,7 +365,8 @@ class Outputs:
         o = self.options
         crop_source = image.copy() if o.save_crop else None
         if masks is not None and (o.save_img or self.view):  # under the boxes, coloured as they are
-            draw_masks(image, masks, [colors(int(c), bgr=True) for c in boxes[:, 5]])
+            keys = boxes[:, 5] if ids is None else ids  # a tracked box's colour is its identity's: its mask's too
+            draw_masks(image, masks, [colors(int(k), bgr=True) for k in keys])
         annotator = Annotator(image, line_width=o.line_thickness)
         id_list = [None] * len(boxes) if ids is None else ids.tolist()
         for (*xyxy, conf, cls), track_id in zip(reversed(boxes.tolist()), reversed(id_list)):

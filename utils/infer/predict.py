@@ -22,11 +22,10 @@ from utils.data.augment import check_img_size
 from utils.errors import DetectError
 from utils.infer.masks import InstanceMasks, instance_masks
 from utils.infer.sources import Source, load_sources
-from utils.infer.track_inputs import FrameExtras, TrackerFeed
+from utils.infer.track_inputs import FrameExtras, TrackerFeed, track_with_masks
 from utils.log import LOGGER, speed_line
 from utils.torch_utils import time_sync
 from utils.track.session import TrackingSession
-from utils.track.stream import track
 
 # Results of video and stream frames kept in DetectRun beyond this are only counted: a long video or an endless
 # stream runs in constant memory (every frame is still written and logged)
@@ -432,7 +431,7 @@ def detect_all(predictor: "Predictor", checked: Source, outputs, save_dir: Path,
     out = DetectRun(save_dir=save_dir, names=predictor.names)
     predictor.serve(tracker.needs if tracker else None)
     stream = predictor.stream(checked, frames=tracker is not None)
-    pairs = track(stream, tracker, checked.text) if tracker else ((p, None) for p in stream)
+    pairs = track_with_masks(stream, tracker, checked.text) if tracker else ((p, None) for p in stream)
     stride = 1 if checked.stream else predictor.options.vid_stride  # a live stream's dropped frames are not counted
     try:
         for prediction, tracked in pairs:

@@ -6,16 +6,23 @@ The embeddings come from a model that offers a tap on its head's inputs (models/
 kept detection is traced back to its prediction row by a row-index column carried through NMS. A model that offers
 no tap (an export, an ensemble, test-time augmentation) or whose head needs no NMS (an end-to-end head) gives none:
 one warning, and the tracker matches without appearance.
+
+A segment model's masks follow the tracked boxes: each tracked box takes the mask of the detection the tracker
+matched it to (tracked_masks), for detect.py --track and the Detector's track().
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from utils.boxes import non_max_suppression
+from utils.infer.masks import InstanceMasks
 from utils.log import LOGGER
 from utils.track.appearance import RECOVERED_MAX_IOU, TrackerNeeds
+from utils.track.session import TrackingSession
+from utils.track.stream import track
 
 
 @dataclass
@@ -86,3 +93,23 @@ class TrackerFeed:
 
         apart = box_iou(loose[:, :4], kept).max(1).values < RECOVERED_MAX_IOU
         return loose[apart].cpu().numpy()
+
+
+def tracked_masks(masks: InstanceMasks, detections: np.ndarray) -> InstanceMasks:
+    """The masks of a frame's tracked boxes: row i takes the mask of detection detections[i] (the row the tracker
+    matched it to), an empty one where there is none (-1: a box TrackTrack recovered from its looser NMS, whose mask
+    was not computed). The crops are shared, not copied."""
+    empty = np.zeros((0, 0), dtype=bool)
+    origins = [masks.origins[d] if d >= 0 else (0, 0) for d in detections.tolist()]
+    crops = [masks.crops[d] if d >= 0 else empty for d in detections.tolist()]
+    return InstanceMasks(masks.shape, origins, crops)
+
+
+def track_with_masks(predictions: Iterator, session: TrackingSession, source_text: str) -> Iterator[tuple]:
+    """utils.track.stream.track (each prediction's boxes become its frame's tracked boxes, with identities), each
+    tracked box keeping its detection's mask when the model segments."""
+    for prediction, tracked in track(predictions, session, source_text):
+        result = prediction.result
+        if result.masks is not None:
+            result.masks = tracked_masks(result.masks, tracked.detections)
+        yield prediction, tracked

@@ -21,6 +21,9 @@ class Tracked:
     ids: np.ndarray  # (n,) track id of each row of the frame's (tracked) boxes
     sequence: str  # the video, stream or image folder the frame belongs to: one MOTChallenge file each
     frame: int  # 1-based index of the frame in that sequence
+    # (n,) the row of the frame's detections each tracked box was matched to (-1: none of them, e.g. a box that
+    # TrackTrack recovered from its looser NMS): what a detection carries besides its box (a mask) follows it
+    detections: np.ndarray | None = None
 
 
 class TrackingSession:
@@ -33,6 +36,7 @@ class TrackingSession:
         self.sequence: str | None = None
         self.frame = 0  # 1-based index of the last frame in the current sequence
         self.tracker = None  # the config's tracker (bot_sort.create_tracker), made per sequence
+        self.detections = np.zeros(0, np.int64)  # the last update's: each tracked row's detection row (Tracked)
 
     def start(self, sequence: str, frame_rate: float | None = None) -> None:
         """Begin a new sequence: a fresh tracker state."""
@@ -48,7 +52,8 @@ class TrackingSession:
         self, sequence: str, boxes: np.ndarray, image: np.ndarray | None, recovered=None, features=None
     ) -> tuple[np.ndarray, np.ndarray]:
         """recovered: (k, 6) boxes a looser NMS kept besides boxes (TrackTrack matches tracks to them too);
-        features: (n, C) an embedding per row of boxes (with_reid). Both as `needs` asks, else None."""
+        features: (n, C) an embedding per row of boxes (with_reid). Both as `needs` asks, else None. Afterwards
+        self.detections holds, per tracked row, the row of boxes it was matched to (-1: a recovered box)."""
         if sequence != self.sequence or self.tracker is None:
             self.start(sequence)
         self.frame += 1
@@ -58,4 +63,6 @@ class TrackingSession:
             h, w = image.shape[:2]
             out[:, [0, 2]] = out[:, [0, 2]].clip(0, w)
             out[:, [1, 3]] = out[:, [1, 3]].clip(0, h)
+        rows = out[:, 7].astype(np.int64)  # the trackers' detection index: of boxes, or -1 for a recovered box
+        self.detections = np.where((rows >= 0) & (rows < len(boxes)), rows, -1)
         return out[:, [0, 1, 2, 3, 5, 6]].astype(np.float32), out[:, 4].astype(np.int64)

@@ -1,6 +1,8 @@
 """Tracking on the Predictor's stream: each prediction's boxes replaced by the tracks matched in its frame (as
 Ultralytics' track mode reports them), with their identities, one tracker state per video, stream or image
-sequence (a folder, glob or list of images is one sequence)."""
+sequence (a folder, glob or list of images is one sequence). Each Tracked names the detection row every tracked box
+was matched to, so what a detection carries besides its box (a segment model's mask) can follow it
+(utils/infer/track_inputs.py)."""
 
 from collections.abc import Iterator
 
@@ -21,4 +23,4 @@ def track(predictions: Iterator, session: TrackingSession, source_text: str) -> 
         recovered, features = (extras.recovered, extras.features) if extras else (None, None)
         boxes, ids = session.update(sequence, prediction.result.boxes, prediction.image, recovered, features)
         prediction.result.boxes, prediction.result.ids = boxes, ids
-        yield prediction, Tracked(ids, sequence, session.frame)
+        yield prediction, Tracked(ids, sequence, session.frame, session.detections)
