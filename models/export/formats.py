@@ -121,7 +121,6 @@ FORMATS = {
             metadata="models.export.ncnn_format:ncnn_metadata",
             backend="models.export.ncnn_format:NcnnBackend",
             files=(".param", ".bin"),
-            static=True,
             converts_half=True,
         ),
         ExportFormat(
