@@ -145,7 +145,6 @@ FORMATS = {
             metadata="models.export.executorch_format:executorch_metadata",
             backend="models.export.executorch_format:ExecuTorchBackend",
             files=(".pte",),
-            static=True,
         ),
         ExportFormat(
             "coreml",
