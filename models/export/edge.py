@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from models.export.runtime import import_optional
-from models.nn.head import AnchorFreeDetect, Detect, is_end2end, set_end2end
+from models.nn.head import is_end2end, set_end2end
 from utils.errors import BackendError, ExportError
 from utils.log import LOGGER
 
@@ -102,12 +102,13 @@ class _TensorGrids:
 def tensor_grids(model: torch.nn.Module):
     """While exporting a shape-dynamic graph: every detection head of model builds its grids with _TensorGrids;
     the heads are as before afterwards."""
-    heads = [m for m in model.modules() if isinstance(m, (Detect, AnchorFreeDetect))]
+    # each head's own grid method is replaced: _anchor_points (anchor-free heads) or decode and _grid (anchor-based)
+    heads = [m for m in model.modules() if hasattr(m, "_anchor_points") or hasattr(m, "_grid")]
     for head in heads:
         grids = _TensorGrids(head)
-        if isinstance(head, AnchorFreeDetect):
+        if hasattr(head, "_anchor_points"):
             head._anchor_points = grids.anchor_points
-        elif isinstance(head, Detect):
+        else:
             head.decode, head._grid = grids.decode, grids.grid
     try:
         yield
