@@ -1,8 +1,8 @@
 """ExecuTorch exports: the model through torch.export, lowered to the XNNPACK delegate, run by ExecuTorch's runtime.
 
 An export is a folder, `<stem>_executorch_model/`, holding `model.pte` (the program) and `metadata.yaml` (Ultralytics'
-layout). The export takes any height and width that are multiples of the stride, up to --img-size, one image per run,
-so detect.py and test.py give it the .pt's rectangles: torch.export is given symbolic sides (`Dim`) and the heads
+layout). The export takes any height and width that are multiples of the stride, up to --img-size plus one stride,
+one image per run, so detect.py and test.py give it the .pt's rectangles: torch.export is given symbolic sides (`Dim`) and the heads
 build their grids from their feature maps (edge.tensor_grids), since a grid cached per shape cannot be keyed by a
 symbolic size; the grids' unsqueezes stay out of XNNPACK, whose reshape takes one symbolic dimension only. --static
 fixes --img-size and --batch-size instead. YOLO26's end-to-end head exports its one-to-many predictions (run with
@@ -57,14 +57,15 @@ def export_executorch(job, folder: Path) -> Path:
     (folder / PROGRAM).write_bytes(program.buffer)
     write_metadata(folder / "metadata.yaml", metadata, shape_metadata(sample, "fp32", dynamic))
     h, w = sample.shape[2:]
-    said = f"sides multiples of {job.metadata['stride']} up to {h}x{w}, one image per run"
+    said = f"sides multiples of {job.metadata['stride']} up to {h}x{w} plus one stride, one image per run"
     LOGGER.info(f"ExecuTorch: {said if dynamic else f'static {sample.shape[0]}x3x{h}x{w} input'}")
     return folder
 
 
 def _dynamic_sides(sample: torch.Tensor, stride: int) -> tuple[dict, ...]:
-    """torch.export's dynamic_shapes for the input: height and width any multiple of stride up to the sample's."""
-    h, w = (side // stride for side in sample.shape[2:])
+    """torch.export's dynamic_shapes for the input: height and width any multiple of stride up to the sample's plus
+    one stride (test.py's rectangular batches at 640 reach 672: half a stride of padding each side)."""
+    h, w = (side // stride + 1 for side in sample.shape[2:])
     return ({2: stride * torch.export.Dim("rows", min=1, max=h), 3: stride * torch.export.Dim("cols", min=1, max=w)},)
 
 
