@@ -5,8 +5,8 @@ layout). The export takes any height and width that are multiples of the stride,
 one image per run, so detect.py and test.py give it the .pt's rectangles: torch.export is given symbolic sides
 (`Dim`) and the heads build their grids from their feature maps (edge.tensor_grids), since a grid cached per shape
 cannot be keyed by a symbolic size; the grids' unsqueezes stay out of XNNPACK, whose reshape takes one symbolic
-dimension only. --static fixes --img-size and --batch-size instead. YOLO26's end-to-end head exports its one-to-many predictions (run with
-NMS), as Ultralytics does: its top-k is not an XNNPACK op. FP32 only.
+dimension only. --static fixes --img-size and --batch-size instead. YOLO26's end-to-end head exports its one-to-many
+predictions (run with NMS), as Ultralytics does: its top-k is not an XNNPACK op. FP32 only.
 """
 
 import contextlib
