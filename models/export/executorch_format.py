@@ -1,17 +1,28 @@
 """ExecuTorch exports: the model through torch.export, lowered to the XNNPACK delegate, run by ExecuTorch's runtime.
 
 An export is a folder, `<stem>_executorch_model/`, holding `model.pte` (the program) and `metadata.yaml` (Ultralytics'
-layout). torch.export specialises the anchor grid to the traced shape, so the export is static: --img-size, batch 1
-unless --batch-size. YOLO26's end-to-end head exports its one-to-many predictions (run with NMS), as Ultralytics does:
-its top-k is not an XNNPACK op. FP32 only.
+layout). The export takes any height and width that are multiples of the stride, up to --img-size plus one stride,
+one image per run, so detect.py and test.py give it the .pt's rectangles: torch.export is given symbolic sides
+(`Dim`) and the heads build their grids from their feature maps (edge.tensor_grids), since a grid cached per shape
+cannot be keyed by a symbolic size; the grids' unsqueezes stay out of XNNPACK, whose reshape takes one symbolic
+dimension only. --static fixes --img-size and --batch-size instead. YOLO26's end-to-end head exports its one-to-many
+predictions (run with NMS), as Ultralytics does: its top-k is not an XNNPACK op. FP32 only.
 """
 
+import contextlib
 import warnings
 from pathlib import Path
 
 import torch
 
-from models.export.edge import import_runtime, require_converter, without_top_k, write_static_metadata
+from models.export.edge import (
+    import_runtime,
+    require_converter,
+    shape_metadata,
+    tensor_grids,
+    without_top_k,
+    write_metadata,
+)
 from models.export.metadata import error_line, openvino_metadata, parse_metadata
 from models.export.runtime import Backend
 from utils.errors import BackendError, ExportError
@@ -22,27 +33,40 @@ PTE_ID = b"ET"  # bytes 4-6 of an ExecuTorch flatbuffer's file identifier ("ET12
 
 
 def export_executorch(job, folder: Path) -> Path:
-    """torch.export the model at the job's input shape, lower it to XNNPACK, write folder/model.pte and
+    """torch.export the model (shape-dynamic unless --static), lower it to XNNPACK, write folder/model.pte and
     metadata.yaml."""
     exir = require_converter("executorch.exir", "ExecuTorch")
     xnnpack = require_converter("executorch.backends.xnnpack.partition.xnnpack_partitioner", "ExecuTorch")
-    sample = job.sample.float()
-    with without_top_k(job, "ExecuTorch's XNNPACK") as metadata, warnings.catch_warnings():
+    configs = require_converter("executorch.backends.xnnpack.partition.config", "ExecuTorch")
+    dynamic = job.options.dynamic
+    sample = job.sample[:1].float() if dynamic else job.sample.float()
+    delegated = [c for c in configs.ALL_PARTITIONER_CONFIGS if c is not configs.UnsqueezeCopyConfig or not dynamic]
+    grids = tensor_grids(job.model) if dynamic else contextlib.nullcontext()
+    with without_top_k(job, "ExecuTorch's XNNPACK") as metadata, grids, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            exported = torch.export.export(job.model.float().eval(), (sample,))
-            lowered = exir.to_edge_transform_and_lower(exported, partitioner=[xnnpack.XnnpackPartitioner()])
-            program = lowered.to_executorch()
+            shapes = _dynamic_sides(sample, int(job.metadata["stride"])) if dynamic else None
+            exported = torch.export.export(job.model.float().eval(), (sample,), dynamic_shapes=shapes)
+            partitioner = xnnpack.XnnpackPartitioner(configs=delegated)
+            program = exir.to_edge_transform_and_lower(exported, partitioner=[partitioner]).to_executorch()
         except (MemoryError, torch.OutOfMemoryError):
             raise
         except Exception as e:  # torch.export's and exir's own error types
             raise ExportError(f"ExecuTorch could not export the model: {error_line(e)}") from None
     folder.mkdir()
     (folder / PROGRAM).write_bytes(program.buffer)
-    write_static_metadata(folder / "metadata.yaml", metadata, sample, "fp32")
+    write_metadata(folder / "metadata.yaml", metadata, shape_metadata(sample, "fp32", dynamic))
     h, w = sample.shape[2:]
-    LOGGER.info(f"ExecuTorch: static {sample.shape[0]}x3x{h}x{w} input (torch.export fixes the anchor grid's shape)")
+    said = f"sides multiples of {job.metadata['stride']} up to {h}x{w} plus one stride, one image per run"
+    LOGGER.info(f"ExecuTorch: {said if dynamic else f'static {sample.shape[0]}x3x{h}x{w} input'}")
     return folder
+
+
+def _dynamic_sides(sample: torch.Tensor, stride: int) -> tuple[dict, ...]:
+    """torch.export's dynamic_shapes for the input: height and width any multiple of stride up to the sample's plus
+    one stride (test.py's rectangular batches at 640 reach 672: half a stride of padding each side)."""
+    h, w = (side // stride + 1 for side in sample.shape[2:])
+    return ({2: stride * torch.export.Dim("rows", min=1, max=h), 3: stride * torch.export.Dim("cols", min=1, max=w)},)
 
 
 def executorch_metadata(folder: Path) -> dict:
@@ -73,5 +97,7 @@ class ExecuTorchBackend(Backend):
             raise BackendError(f"{program_file} could not be loaded by ExecuTorch: {error_line(e)}") from None
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
-        outputs = self.method.execute((x.detach().cpu().float().contiguous(),))
-        return outputs[0]
+        x = x.detach().cpu().float()
+        if self.fixed_shape:
+            return self.method.execute((x.contiguous(),))[0]
+        return torch.cat([self.method.execute((image[None].contiguous(),))[0] for image in x])  # one image per run

@@ -125,7 +125,6 @@ FORMATS = {
             metadata="models.export.ncnn_format:ncnn_metadata",
             backend="models.export.ncnn_format:NcnnBackend",
             files=(".param", ".bin"),
-            static=True,
             converts_half=True,
         ),
         ExportFormat(
@@ -150,7 +149,6 @@ FORMATS = {
             metadata="models.export.executorch_format:executorch_metadata",
             backend="models.export.executorch_format:ExecuTorchBackend",
             files=(".pte",),
-            static=True,
         ),
         ExportFormat(
             "coreml",

@@ -1,9 +1,10 @@
 """NCNN exports: the traced model converted by pnnx (the route Ultralytics takes) and run by the `ncnn` package.
 
 An export is a folder, `<stem>_ncnn_model/`, holding `model.ncnn.param` (the graph, text), `model.ncnn.bin` (the
-weights) and `metadata.yaml` (the metadata every export carries). NCNN has no layer for the shape arithmetic that
-builds a dynamic export's anchor grid, so pnnx is given one input shape and folds the grid into constants: the export
-is static, at --img-size with batch 1 (NCNN runs one image at a time), and says so in its log line. FP32 stores the
+weights) and `metadata.yaml` (the metadata every export carries). The export takes any height and width (one image
+per run, as NCNN runs), so detect.py and test.py give it the .pt's rectangles: pnnx is given two input shapes and
+keeps the sides symbolic, and the heads build their grids from their feature maps (edge.tensor_grids) rather than
+with arange, a layer NCNN lacks; --static fixes the one shape of --img-size instead. FP32 stores the
 weights in float32 and runs without NCNN's fp16/bf16 storage; --half stores float16 weights and runs with fp16
 storage (any CPU: the trace stays float32 and pnnx converts).
 
@@ -12,6 +13,7 @@ hostile file is one line rather than a crash inside the runtime, and the .bin's 
 layers need by NCNN's own loader, whose failure is one line too.
 """
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -21,7 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.export.edge import import_runtime, require_converter, without_top_k, write_static_metadata
+from models.export.edge import (
+    import_runtime,
+    require_converter,
+    shape_metadata,
+    tensor_grids,
+    without_top_k,
+    write_metadata,
+)
 from models.export.metadata import openvino_metadata, parse_metadata
 from models.export.runtime import Backend
 from utils.errors import BackendError, ExportError
@@ -36,30 +45,45 @@ PNNX_TIMEOUT_S = 1800
 
 
 def export_ncnn(job, folder: Path) -> Path:
-    """Trace the model at one shape (batch 1), convert it with pnnx into folder (model.ncnn.param/.bin), add
-    metadata.yaml."""
+    """Trace the model (batch 1), convert it with pnnx into folder (model.ncnn.param/.bin), shape-dynamic unless
+    --static, add metadata.yaml."""
     pnnx = require_converter("pnnx", "NCNN")
     work = (job.scratch / "ncnn_intermediate").resolve()
     work.mkdir()
-    sample = job.sample[:1].float()
-    with without_top_k(job, "NCNN") as metadata, warnings.catch_warnings():
+    sample, dynamic = job.sample[:1].float(), job.options.dynamic
+    grids = tensor_grids(job.model) if dynamic else contextlib.nullcontext()
+    with without_top_k(job, "NCNN") as metadata, grids, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit is deprecated in torch 2.9+ and tracer warnings are expected
         torch.jit.trace(job.model.float(), sample, check_trace=False).save(str(work / "model.pt"))
-    shape = ",".join(str(d) for d in sample.shape)
-    command = [pnnx.EXEC_PATH, str(work / "model.pt"), f"inputshape=[{shape}]f32", f"fp16={int(job.options.half)}"]
-    command += [f"{key}={work / name}" for key, name in _PNNX_OUTPUTS.items()]
+    command = [pnnx.EXEC_PATH, str(work / "model.pt"), f"inputshape={_shape(sample.shape)}f32"]
+    if dynamic:  # a second shape, each side another multiple of the stride: pnnx keeps the sides symbolic
+        stride = int(job.metadata["stride"])
+        h, w = sample.shape[2:]
+        command.append(f"inputshape2={_shape((1, 3, h + stride, w + 2 * stride))}f32")
+    command += [f"fp16={int(job.options.half)}"] + [f"{key}={work / name}" for key, name in _PNNX_OUTPUTS.items()]
     result = subprocess.run(command, capture_output=True, text=True, cwd=work, timeout=PNNX_TIMEOUT_S)
     param, weights = work / "model.ncnn.param", work / "model.ncnn.bin"
     if result.returncode != 0 or not param.is_file() or not weights.is_file():
         lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()] or ["no output"]
         raise ExportError(f"pnnx could not convert the model to NCNN: {lines[-1][:200]}")
     folder.mkdir()
-    shutil.move(param, folder / PARAM)
+    (folder / PARAM).write_text(_ONES_LIKE.sub(_POWER_ONES, param.read_text(encoding="utf-8")), encoding="utf-8")
     shutil.move(weights, folder / BIN)
-    write_static_metadata(folder / "metadata.yaml", metadata, sample, job.options.precision)
+    write_metadata(folder / "metadata.yaml", metadata, shape_metadata(sample, job.options.precision, dynamic))
     h, w = sample.shape[2:]
-    LOGGER.info(f"NCNN: static 1x3x{h}x{w} input (NCNN cannot build the anchor grid from the input shape)")
+    said = f"any height and width up to {h}x{w}, one image per run" if dynamic else f"static 1x3x{h}x{w} input"
+    LOGGER.info(f"NCNN: {said}")
     return folder
+
+
+def _shape(dims) -> str:
+    return "[" + ",".join(str(int(d)) for d in dims) + "]"
+
+
+# pnnx leaves torch.ones_like (the anchor-free heads' objectness of 1) unconverted in a shape-dynamic graph: NCNN's
+# Power layer, (shift + scale * x) ** power with scale 0 and shift 1, gives the same ones at any shape
+_ONES_LIKE = re.compile(r"^torch\.ones_like(\s+\S+\s+1\s+1\s+\S+\s+\S+).*$", re.MULTILINE)
+_POWER_ONES = r"Power\1 0=1.0 1=0.0 2=1.0"
 
 
 # Everything pnnx writes goes into the scratch folder (by default it writes beside the TorchScript file)
