@@ -103,7 +103,7 @@ def iter_instance_masks(
     ratio_pad: the dataset's letterbox (utils.boxes.scale_boxes' argument), else the centred letterbox's."""
     (gain_x, pad_x), (gain_y, pad_y) = _axis_mappings(input_hw, original_hw, ratio_pad)
     h, w = protos.shape[1:]
-    protos, coefficients = protos.float().cpu().numpy(), coefficients.float().cpu().numpy()
+    protos, coefficients = (t.detach().float().cpu().numpy() for t in (protos, coefficients))
     scale_x, scale_y = gain_x * w / input_hw[1], gain_y * h / input_hw[0]  # original pixel -> prototype cell
     offset_x, offset_y = pad_x * w / input_hw[1] - 0.5, pad_y * h / input_hw[0] - 0.5
     height, width = original_hw
