@@ -71,21 +71,21 @@ def _axis_mappings(input_hw, original_hw, ratio_pad) -> tuple[tuple[float, float
     return (float(gain_w), float(pad_w)), (float(gain_h), float(pad_h))
 
 
-def _sampling(pixels: torch.Tensor, scale: float, offset: float, size: int):
+def _sampling(pixels: np.ndarray, scale: float, offset: float, size: int):
     """Bilinear sampling of a prototype axis of `size` cells at original pixels: (low index, high index, weight of
     the high one), with align_corners=False and the edges clamped, as torch's bilinear resize samples."""
-    position = ((pixels + 0.5) * scale + offset).clamp(min=0)
-    low = position.floor().long().clamp(max=size - 1)
-    return low, (low + 1).clamp(max=size - 1), (position - low).clamp(0, 1)
+    position = np.maximum((pixels + 0.5) * scale + offset, 0)
+    low = np.minimum(np.floor(position).astype(np.intp), size - 1)
+    return low, np.minimum(low + 1, size - 1), np.clip(position - low, 0, 1).astype(np.float32)
 
 
-def _box_logits(protos: torch.Tensor, coefficients: torch.Tensor, rows, columns) -> torch.Tensor:
+def _box_logits(protos: np.ndarray, coefficients: np.ndarray, rows, columns) -> np.ndarray:
     """One detection's logits at the sampled pixels: only the prototype rows and columns its box touches are read
-    and combined (rows x columns floats, no more)."""
+    and combined (rows x columns floats, no more). NumPy: a box is a handful of small array operations, where
+    torch's per-call overhead made validation's masks cost more than its forward passes."""
     (y0, y1, wy), (x0, x1, wx) = rows, columns
-    lo_y, hi_y = int(y0.min()), int(y1.max()) + 1
-    lo_x, hi_x = int(x0.min()), int(x1.max()) + 1
-    window = torch.einsum("c,chw->hw", coefficients, protos[:, lo_y:hi_y, lo_x:hi_x])
+    lo_y, hi_y, lo_x, hi_x = int(y0[0]), int(y1[-1]) + 1, int(x0[0]), int(x1[-1]) + 1  # indices never decrease
+    window = (coefficients @ protos[:, lo_y:hi_y, lo_x:hi_x].reshape(len(protos), -1)).reshape(hi_y - lo_y, -1)
     across = window[:, x0 - lo_x] * (1 - wx) + window[:, x1 - lo_x] * wx  # (window rows, box columns)
     return across[y0 - lo_y] * (1 - wy)[:, None] + across[y1 - lo_y] * wy[:, None]
 
@@ -103,7 +103,7 @@ def iter_instance_masks(
     ratio_pad: the dataset's letterbox (utils.boxes.scale_boxes' argument), else the centred letterbox's."""
     (gain_x, pad_x), (gain_y, pad_y) = _axis_mappings(input_hw, original_hw, ratio_pad)
     h, w = protos.shape[1:]
-    protos, coefficients = protos.float(), coefficients.float()
+    protos, coefficients = (t.detach().float().cpu().numpy() for t in (protos, coefficients))
     scale_x, scale_y = gain_x * w / input_hw[1], gain_y * h / input_hw[0]  # original pixel -> prototype cell
     offset_x, offset_y = pad_x * w / input_hw[1] - 0.5, pad_y * h / input_hw[0] - 0.5
     height, width = original_hw
@@ -114,9 +114,9 @@ def iter_instance_masks(
         if x2 <= x1 or y2 <= y1:
             yield (x1, y1), np.zeros((max(y2 - y1, 0), max(x2 - x1, 0)), dtype=bool)
             continue
-        columns = _sampling(torch.arange(x1, x2, dtype=torch.float32), scale_x, offset_x, w)
-        rows = _sampling(torch.arange(y1, y2, dtype=torch.float32), scale_y, offset_y, h)
-        yield (x1, y1), (_box_logits(protos, coefficient, rows, columns) > 0).cpu().numpy()
+        columns = _sampling(np.arange(x1, x2, dtype=np.float64), scale_x, offset_x, w)
+        rows = _sampling(np.arange(y1, y2, dtype=np.float64), scale_y, offset_y, h)
+        yield (x1, y1), _box_logits(protos, coefficient, rows, columns) > 0
 
 
 def instance_masks(*arguments, **keywords) -> InstanceMasks:
