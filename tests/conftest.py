@@ -14,6 +14,15 @@ from utils.log import LOGGER
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
+# Under pytest-xdist each worker is one of several processes on the machine, and a command a test starts (train.py,
+# detect.py) would size its threads to the cores it sees idle at start. Sharing cores with the other workers, such a
+# process waits on OpenMP threads that are not running: the README's 25-epoch training went past its 900 s limit at a
+# load of about 3 on 2 cores. Each worker's commands get an equal share of the cores instead (a user's own setting
+# stands).
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
+
 
 @pytest.fixture(scope="session")
 def shared() -> Path:
