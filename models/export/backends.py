@@ -26,7 +26,7 @@ from models.export.metadata import (
     torchscript_metadata,
 )
 from models.export.runtime import Backend, import_optional
-from utils.data.cache import _fallback_cache_dir
+from utils.data.cache import user_cache_dir
 from utils.downloads import attempt_download_weights
 from utils.errors import BackendError
 from utils.log import LOGGER
@@ -142,12 +142,11 @@ class OpenVinoBackend(Backend):
         self.compiled = _openvino_call(
             core.compile_model, xmls[0], "could not be compiled", model, "CPU", self.cached(config)
         )
-        self.output = self.compiled.output(0)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         array = x.detach().cpu().numpy().astype(np.float32, copy=False)
-        # share_inputs: OpenVINO reads the array in place instead of copying it into its own tensor first
-        # the predictions (and a segment model's prototypes)
+        # the predictions (and a segment model's prototypes); share_inputs: OpenVINO reads the array in place
+        # instead of copying it into its own tensor first
         return self.outputs(self.compiled([array], share_inputs=True).to_tuple())
 
     @staticmethod
@@ -156,7 +155,7 @@ class OpenVinoBackend(Backend):
         which a run creates: compiling yolov5n's INT8 export took 1.0-1.5 s from the cache against 3.5-4.5 s without
         (load 13, 2 cores), paid by every command. Not in the export's folder: a re-export replaces only a folder
         that holds nothing but the model and its metadata. No cache where that folder cannot be made (read-only)."""
-        folder = _fallback_cache_dir() / "openvino"
+        folder = user_cache_dir() / "openvino"
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:

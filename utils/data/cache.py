@@ -56,8 +56,9 @@ def _files_hash(files: list[str], nc: int, recipe: str = "") -> str:
 LABEL_CACHE_SUFFIX = ".yolo-labels.npz"  # not YOLOv5's '.cache': a dataset shared with YOLOv5 keeps both
 
 
-def _fallback_cache_dir() -> Path:
-    """$YOLO_CACHE_DIR, else $XDG_CACHE_HOME/yolo or ~/.cache/yolo."""
+def user_cache_dir() -> Path:
+    """The user cache folder: $YOLO_CACHE_DIR, else $XDG_CACHE_HOME/yolo or ~/.cache/yolo (label caches that cannot
+    go beside their dataset, OpenVINO's compiled models)."""
     env = os.environ.get("YOLO_CACHE_DIR")
     if env:
         return Path(env)
@@ -71,7 +72,7 @@ def label_cache_paths(source: Path) -> list[Path]:
     data that root could write anyway)."""
     source = Path(source)
     beside = source.parent / ((source.stem if source.is_file() else source.name) + LABEL_CACHE_SUFFIX)
-    fallback = _fallback_cache_dir() / (hashlib.sha256(str(beside).encode()).hexdigest()[:16] + LABEL_CACHE_SUFFIX)
+    fallback = user_cache_dir() / (hashlib.sha256(str(beside).encode()).hexdigest()[:16] + LABEL_CACHE_SUFFIX)
     return [fallback] if os.environ.get("YOLO_CACHE_DIR") else [beside, fallback]
 
 
@@ -172,7 +173,7 @@ def _save_cache(path: Path, cache: dict) -> bool:
     dataset that does not exist (labels/ of a dataset without label files) is not made for a cache."""
     if not writable(path) or os.path.lexists(path) and _cache_members(path) is None:
         return False
-    if not path.parent.is_dir() and path.parent != _fallback_cache_dir():
+    if not path.parent.is_dir() and path.parent != user_cache_dir():
         return False
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     new = not os.path.lexists(path)
