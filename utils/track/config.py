@@ -51,6 +51,7 @@ class TrackerConfig:
     reduce_step: float = 0.05  # TrackTrack: how much the match threshold drops each round of its assignment
     tai_thr: float = 0.55  # TrackTrack: a new track needs IoU <= this with every track and stronger new detection
     min_track_len: int = 3  # TrackTrack: detections that confirm a new track
+    refind_thr: float = 0.0  # TrackTrack (ours, not Ultralytics'): reach of re-finding a lost track by centre gap
 
 
 # TrackTrack's defaults where they differ from the others' (Ultralytics' tracktrack.yaml)

@@ -14,10 +14,17 @@ STD_POSITION = 1.0 / 20
 STD_VELOCITY = 1.0 / 160
 MOTION = np.eye(8) + np.eye(8, k=4)  # x_{t+1} = x_t + v_t
 OBSERVATION = np.eye(4, 8)  # a detection sees the box, not its velocity
-EYE4, EYE8 = np.eye(4), np.eye(8)
 # the aspect ratio's standard deviations (aspect=True): at a new track, per frame, of a detection; its velocity's
 NSA_MIN_SCALE = 0.05  # the least share of R a detection keeps however confident (NSA-Kalman)
 ASPECT_STD_INITIAL, ASPECT_STD_PROCESS, ASPECT_STD_MEASURED, ASPECT_VELOCITY_STD = 1e-2, 1e-2, 1e-1, 1e-5
+
+
+def _diagonal(values: np.ndarray) -> np.ndarray:
+    """(n, k, k) matrices with (n, k) values on their diagonals (zeros elsewhere)."""
+    n, k = values.shape
+    out = np.zeros((n, k, k))
+    out.reshape(n, k * k)[:, :: k + 1] = values
+    return out
 
 
 def _sizes(boxes: np.ndarray, aspect: bool) -> np.ndarray:
@@ -45,7 +52,7 @@ def initiate(boxes: np.ndarray, aspect: bool = False) -> tuple[np.ndarray, np.nd
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     mean = np.concatenate([boxes, np.zeros_like(boxes)], axis=1)
     std = _std(boxes, 2 * STD_POSITION, 10 * STD_VELOCITY, aspect, ASPECT_STD_INITIAL)
-    return mean, np.einsum("ni,ij->nij", std**2, EYE8)
+    return mean, _diagonal(std**2)
 
 
 def predict(
@@ -59,8 +66,9 @@ def predict(
     std = _std(mean, STD_POSITION, STD_VELOCITY, aspect, ASPECT_STD_PROCESS)
     new_mean = mean @ MOTION.T
     moved = MOTION @ (covariance @ MOTION.T) if right_first else MOTION @ covariance @ MOTION.T
-    new_cov = moved + np.einsum("ni,ij->nij", std**2, EYE8)
-    return new_mean, new_cov
+    diagonal = moved.reshape(len(mean), 64)[:, ::9]  # a view: Q is diagonal, so only these entries change
+    diagonal += std**2
+    return new_mean, moved
 
 
 def project(
@@ -71,7 +79,7 @@ def project(
     detection's R is scaled by max(1 - confidence, 0.05): a confident detection is trusted more (NSA-Kalman, as
     TrackTrack uses it)."""
     std = _std(mean, STD_POSITION, None, aspect, ASPECT_STD_MEASURED)
-    noise = np.einsum("ni,ij->nij", std**2, EYE4)
+    noise = _diagonal(std**2)
     if confidence is not None:
         noise *= np.maximum(1.0 - np.asarray(confidence, np.float64), NSA_MIN_SCALE)[:, None, None]
     return mean[:, :4], covariance[:, :4, :4] + noise

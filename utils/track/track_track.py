@@ -28,11 +28,13 @@ from utils.track.appearance import (
 from utils.track.byte_tracker import drop_duplicates
 from utils.track.config import TrackerConfig
 from utils.track.gmc import CameraMotion
+from utils.track.refind import centre_gap_cost
 from utils.track.track_table import DELTA_T, TrackTable
 from utils.track.tracks import Track, TrackState, detection_xyxy, state_to_xyxy, xyxy_to_state
 
 CORNER_X, CORNER_Y = np.array([0, 0, 2, 2]), np.array([1, 3, 1, 3])  # the four corners of an x1, y1, x2, y2 box
 STEPS_BACK = np.arange(1, DELTA_T + 1)  # the frames back a track's corner velocity averages over
+FRAMES_APART = STEPS_BACK[:, None, None, None]  # a corner step's divisor, shaped for (DELTA_T, n, 4, 2) steps
 SUPPORT_IOU = 0.10  # a pair needs more IoU than this to be matched at all
 SMOOTHING = 0.95  # share of a track's smoothed embedding kept at a match of score 1 (less at lower scores)
 REMOVED_MEMORY = 1000  # identities of removed tracks remembered (a lost list entry of one of them is dropped)
@@ -153,6 +155,7 @@ class TrackTrack:
         )
         leftover = self._second_chance(pool, lost, leftover, refound)
         active = [t for t in self.tracked if t.state == TrackState.TRACKED] + activated
+        leftover = self._refind(pool, lost, leftover, refound, active)
         activated += self._start(leftover, np.flatnonzero(self._allowed_births(active, leftover)))
         for track in self.lost:
             if self.frame_id - track.frame_id > self.max_time_lost:
@@ -191,6 +194,23 @@ class TrackTrack:
         pairs, _, dets_left = iterative_assign(
             self._cost(waiting, leftover), self.config.lost_match_thr, self.config.reduce_step
         )
+        refound += [waiting[i] for i, _ in pairs]
+        self._take(waiting, leftover, pairs)
+        return leftover.subset(dets_left)
+
+    def _refind(self, pool: list, lost: list, leftover: Detections, refound: list, active: list) -> Detections:
+        """refind_thr > 0: tracks lost before this frame and still unmatched against the confident detections left
+        that overlap no active track by more than tai_thr, by the gap between centres (refind.centre_gap_cost),
+        before any of those detections starts a new track."""
+        lost_ids = {t.track_id for t in lost}
+        waiting = [t for t in pool if t.state == TrackState.LOST and t.track_id not in lost_ids]
+        if self.config.refind_thr <= 0 or not len(leftover) or not waiting:
+            return leftover
+        cost = centre_gap_cost(self._boxes(waiting), leftover.rows[:, :4], self.config.refind_thr)
+        if active:  # a detection beside a track (one passing in front of another) is no evidence of which it is
+            beside = iou32(leftover.box32, self._boxes(active).astype(np.float32)).max(axis=1) > self.config.tai_thr
+            cost[:, beside] = np.inf
+        pairs, _, dets_left = iterative_assign(cost, 1.0, 0.0)
         refound += [waiting[i] for i, _ in pairs]
         self._take(waiting, leftover, pairs)
         return leftover.subset(dets_left)
@@ -236,9 +256,11 @@ class TrackTrack:
             table.length[rows[found]] = 0
             for k in found:
                 matched[k].state, matched[k].is_activated = TrackState.TRACKED, True
-        if advancing.any():
+        if len(found) < len(matched):
             chosen = np.flatnonzero(advancing)
-            _advance(table, [matched[k] for k in chosen], box32[chosen], self.frame_id, self.config.min_track_len)
+            if len(found):
+                matched, rows, box32 = [matched[k] for k in chosen], rows[chosen], box32[chosen]
+            _advance(table, matched, rows, box32, self.frame_id, self.config.min_track_len)
 
     def _boxes(self, tracks: list) -> np.ndarray:
         """(n, 4) x1, y1, x2, y2 of the tracks' Kalman estimates (tracks.boxes_xyxy, from the table)."""
@@ -333,28 +355,30 @@ class TrackTrack:
         self.removed_ids.extend(t.track_id for t in removed)
 
 
-def _advance(table: TrackTable, tracks: list, boxes: np.ndarray, frame_id: int, min_track_len: int) -> None:
+def _advance(
+    table: TrackTable, tracks: list, rows: np.ndarray, boxes: np.ndarray, frame_id: int, min_track_len: int
+) -> None:
     """Tracked (or new) tracks' float32 detection boxes of this frame: their history, corner velocities (the mean
     over 1..DELTA_T frames back of the unit step of each corner, over the frames apart) and confirmation. A step
     from a float32 box is worked out in float32, from a float64 one (a Kalman estimate) in float64, as in the
     reference."""
-    rows = _rows(tracks)
     table.length[rows] += 1
     table.remember(rows, frame_id, boxes, False)
     back, wide = table.back(rows, frame_id, STEPS_BACK)  # (DELTA_T, n, 4), (DELTA_T, n)
     # every step both ways (float32 for float32 boxes, float64 for Kalman ones), each row then takes its own
     narrow_steps = _unit_steps(boxes[None] - back.astype(np.float32))
     wide_steps = _unit_steps(boxes[None] - back) if wide.any() else None
-    velocity = np.zeros((len(tracks), 4, 2), np.float32)
-    for k in range(DELTA_T):
-        step = narrow_steps[k] / (k + 1)
+    steps = narrow_steps / FRAMES_APART.astype(np.float32)
+    if wide_steps is not None:
         # float32 + float32 rounds as float64's sum rounded to float32 (53 >= 2 * 24 + 2 bits): the same bits
-        velocity += step if wide_steps is None else np.where(wide[k][:, None, None], wide_steps[k] / (k + 1), step)
-    velocity /= DELTA_T
-    table.velocity[rows] = velocity
-    confirmed = table.length[rows] + 1 >= min_track_len
-    for track, sure in zip(tracks, confirmed.tolist()):
-        if sure or track.state == TrackState.TRACKED:
+        steps = np.where(wide[:, :, None, None], wide_steps / FRAMES_APART, steps)
+    velocity = steps[0].astype(np.float32)  # summed in the frames' order, as the reference adds them up
+    for k in range(1, DELTA_T):
+        velocity += steps[k]
+    table.velocity[rows] = velocity / np.float32(DELTA_T)
+    confirmed = (table.length[rows] + 1 >= min_track_len).tolist()
+    for track, sure in zip(tracks, confirmed):
+        if sure and track.state != TrackState.TRACKED:  # a tracked track is activated already
             track.state, track.is_activated = TrackState.TRACKED, True
 
 
@@ -387,25 +411,26 @@ def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[l
     """Pairs (row, column) that are each other's cheapest at a cost below threshold, made in rounds, the threshold
     lowered by step after each round; then the rows and columns left."""
     cost = cost.copy()
-    pairs = []
+    made_rows, made_cols = [], []
     rows = np.arange(cost.shape[0])
     while cost.size:
-        best_col = np.argmin(cost, axis=1)
-        mutual = np.argmin(cost, axis=0)[best_col] == rows
-        new = [(int(i), int(best_col[i])) for i in np.flatnonzero(mutual & (cost[rows, best_col] < threshold))]
-        if not new:
+        best_col = cost.argmin(axis=1)
+        mutual = cost.argmin(axis=0)[best_col] == rows
+        new = np.flatnonzero(mutual & (cost[rows, best_col] < threshold))
+        if not len(new):
             break
-        pairs += new
-        taken = np.array(new)
-        cost[taken[:, 0], :] = np.inf
-        cost[:, taken[:, 1]] = np.inf
+        made_rows.append(new)
+        made_cols.append(best_col[new])
+        cost[new, :] = np.inf
+        cost[:, best_col[new]] = np.inf
         threshold -= step
-    rows_used, cols_used = {i for i, _ in pairs}, {j for _, j in pairs}
-    return (
-        pairs,
-        [i for i in range(cost.shape[0]) if i not in rows_used],
-        [j for j in range(cost.shape[1]) if j not in cols_used],
-    )
+    rows_free, cols_free = np.ones(cost.shape[0], bool), np.ones(cost.shape[1], bool)
+    if not made_rows:
+        return [], rows.tolist(), np.flatnonzero(cols_free).tolist()
+    made_rows, made_cols = np.concatenate(made_rows), np.concatenate(made_cols)
+    rows_free[made_rows] = cols_free[made_cols] = False
+    pairs = list(zip(made_rows.tolist(), made_cols.tolist()))
+    return pairs, np.flatnonzero(rows_free).tolist(), np.flatnonzero(cols_free).tolist()
 
 
 def _clip01(x: np.ndarray) -> np.ndarray:
