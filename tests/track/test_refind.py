@@ -32,17 +32,23 @@ def test_centre_gap_is_measured_in_the_tracks_size_and_sizes_must_be_alike():
     assert cost[0, 0] == pytest.approx(5 / 15)  # a 3-4-5 step over half of 30
     assert cost[0, 1] == 0
     assert cost[0, 2] == np.inf  # three times the area: another object
+    assert centre_gap_cost(track, dets, 0.5, [5])[0, 0] == pytest.approx(5 / 15)  # unseen 5 frames: as before
+    assert centre_gap_cost(track, dets, 0.5, [20])[0, 0] == pytest.approx(5 / 15 / 2)  # 20: reach x sqrt(4)
 
 
-@pytest.mark.parametrize(("reach", "step", "expected"), [(0.0, 8, [2]), (0.5, 8, [1]), (0.5, 14, [2])])
-def test_a_lost_track_is_found_again_within_reach(reach, step, expected):
-    """Hidden for 10 frames, the object comes back 8 px off diagonally: too little overlap for the main cost
-    (HMIoU about 0.2), a new identity without refind_thr; within half its size of the centre with it; 14 px off
-    (19.8 px, over 15) is out of reach."""
+@pytest.mark.parametrize(
+    ("reach", "hidden", "step", "expected"),
+    [(0.0, 10, 8, [2]), (0.5, 10, 8, [1]), (0.5, 2, 14, [2]), (0.5, 10, 14, [1]), (0.5, 10, 18, [2])],
+)
+def test_a_lost_track_is_found_again_within_reach(reach, hidden, step, expected):
+    """The object comes back step px off diagonally: too little overlap for the main cost (HMIoU about 0.2 at 8 px),
+    so a new identity without refind_thr. With 0.5 the reach is half its size (15 px) up to GROWTH_FRAMES unseen
+    and grows after: 14 px off (19.8 px) is out of reach 3 frames after its last detection and within it 11 frames
+    after (15 x sqrt(11 / 5) = 22.2 px); 18 px off (25.5 px) is out of reach then too."""
     tracker = _tracker(refind_thr=reach)
     for _ in range(5):
         tracker.update(np.array([_det(100, 100)]))
-    for _ in range(10):
+    for _ in range(hidden):
         assert len(tracker.update(np.zeros((0, 6)))) == 0
     assert _ids(tracker.update(np.array([_det(100 + step, 100 + step)]))) == expected
 

@@ -78,11 +78,12 @@ def project(
     observation picks the first four state entries, so H P H^T is P's top-left block. With confidence (n,), each
     detection's R is scaled by max(1 - confidence, 0.05): a confident detection is trusted more (NSA-Kalman, as
     TrackTrack uses it)."""
-    std = _std(mean, STD_POSITION, None, aspect, ASPECT_STD_MEASURED)
-    noise = _diagonal(std**2)
+    variance = _std(mean, STD_POSITION, None, aspect, ASPECT_STD_MEASURED) ** 2
     if confidence is not None:
-        noise *= np.maximum(1.0 - np.asarray(confidence, np.float64), NSA_MIN_SCALE)[:, None, None]
-    return mean[:, :4], covariance[:, :4, :4] + noise
+        variance *= np.maximum(1.0 - np.asarray(confidence, np.float64), NSA_MIN_SCALE)[:, None]
+    innovation = covariance[:, :4, :4].copy()
+    innovation.reshape(len(mean), 16)[:, ::5] += variance  # R is diagonal: only the diagonal changes
+    return mean[:, :4], innovation
 
 
 def update(

@@ -206,7 +206,8 @@ class TrackTrack:
         waiting = [t for t in pool if t.state == TrackState.LOST and t.track_id not in lost_ids]
         if self.config.refind_thr <= 0 or not len(leftover) or not waiting:
             return leftover
-        cost = centre_gap_cost(self._boxes(waiting), leftover.rows[:, :4], self.config.refind_thr)
+        frames_lost = [self.frame_id - t.frame_id for t in waiting]
+        cost = centre_gap_cost(self._boxes(waiting), leftover.rows[:, :4], self.config.refind_thr, frames_lost)
         if active:  # a detection beside a track (one passing in front of another) is no evidence of which it is
             beside = iou32(leftover.box32, self._boxes(active).astype(np.float32)).max(axis=1) > self.config.tai_thr
             cost[:, beside] = np.inf
@@ -318,7 +319,7 @@ class TrackTrack:
         dy /= norm
         velocity = self.table.velocity[track_rows[rows]]
         dot = velocity[:, :, 0] * dx + velocity[:, :, 1] * dy
-        angle = np.abs(np.arccos(np.clip(dot, -1, 1))).mean(axis=-1) / np.pi
+        angle = np.abs(np.arccos(_clip_unit(dot))).sum(axis=-1) / 4 / np.pi  # the mean over the corners
         return angle * dets.score32[cols]
 
     def _allowed_births(self, active: list, dets: Detections) -> np.ndarray:
@@ -431,6 +432,11 @@ def iterative_assign(cost: np.ndarray, threshold: float, step: float) -> tuple[l
     rows_free[made_rows] = cols_free[made_cols] = False
     pairs = list(zip(made_rows.tolist(), made_cols.tolist()))
     return pairs, np.flatnonzero(rows_free).tolist(), np.flatnonzero(cols_free).tolist()
+
+
+def _clip_unit(x: np.ndarray) -> np.ndarray:
+    """x clipped to [-1, 1] in its dtype (np.clip's result)."""
+    return np.minimum(np.maximum(x, -1), 1)
 
 
 def _clip01(x: np.ndarray) -> np.ndarray:
