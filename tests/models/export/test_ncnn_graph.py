@@ -3,14 +3,21 @@ a Reshape that takes its sizes from a second blob reads a 2-D input (NCNN copies
 that case), and anchor-free predictions come out as (B, C, N), transposed by the backend as a view. Each change keeps
 the values: checked by NCNN itself on a small graph and against the model's own rows."""
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
+import yaml
 
+from models.export.backends import load_backend
 from models.export.edge import channel_layout, channel_predictions, rows_of, tensor_grids
+from models.export.exporter import ExportOptions, export
 from models.export.ncnn_format import check_param, lean_param
 from models.nn.head import is_end2end, set_end2end
 from models.nn.yolo import Model
+from models.weights.checkpoint import load_model
+from tests.models.export.edge_helpers import needs, raw_agreement
 
 # A data blob and a reference blob whose width and height the Reshape takes (as pnnx writes YOLO11's attention)
 RESHAPE_BY_REFERENCE = """7767517
@@ -81,3 +88,23 @@ def test_an_end_to_end_head_keeps_its_final_boxes():
         with channel_predictions(model) as layout:
             got = model(x)[0]
     assert layout == {} and got.shape == expected.shape  # (B, max_det, 6) rows: nothing to transpose
+
+
+@pytest.mark.slow
+def test_yolo11n_export_has_neither_transpose_nor_batch_reshape(tmp_path, shared):
+    # one export: only pnnx's own graph shows what reached NCNN (128 px, the smallest with all three levels > 1 cell)
+    needs("pnnx", "ncnn")
+    weights = tmp_path / "yolo11n_random.pt"
+    shutil.copy(shared / "reference/ultralytics/yolo11n_random.pt", weights)
+    export(weights, ["ncnn"], ExportOptions(imgsz=(128, 128)), torch.device("cpu"))
+    folder = tmp_path / "yolo11n_random_ncnn_model"
+    layers = [line.split() for line in (folder / "model.ncnn.param").read_text().splitlines()[2:]]
+    assert layers[-1][0] == "Concat" and "out0" in layers[-1]  # (5 + nc, N) as concatenated, no Permute after
+    by_reference = [fields for fields in layers if fields[0] == "Reshape" and fields[2] == "2"]
+    assert by_reference and all(fields[4].endswith("_2d") for fields in by_reference)  # the attention's two
+    assert yaml.safe_load((folder / "metadata.yaml").read_text())["output_layout"] == "channels"
+    backend, model = load_backend(folder), load_model(weights, torch.device("cpu"))
+    set_end2end(model, False)
+    images = sorted((shared / "datasets/coco128/images/train2017").glob("*.jpg"))[:2]
+    result = raw_agreement(model, backend, images, 128)
+    assert result.total == 2 * 336 and result.rate == 1.0, result.line()
