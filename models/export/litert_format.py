@@ -5,7 +5,9 @@ An export is one file, `<stem>.tflite`, FP32 or FP16 as its metadata records. Th
 to the flatbuffer holding `metadata.json` (the layout Ultralytics uses: the interpreter ignores bytes after the
 model), read back with zipfile with its member sizes checked first. litert-torch exports through torch.export at one
 input shape, so the export is static: --img-size, batch 1 unless --batch-size. --half casts the weights to float16
-(ai-edge-quantizer's weight-only float casting; the arithmetic stays float32 on CPUs).
+(ai-edge-quantizer's weight-only float casting; the arithmetic stays float32 on CPUs). Anchor-free predictions come
+out as (5 + nc, N) (edge.channel_predictions), and the heads' grids are constants of the graph: every op runs in
+XNNPACK's partitions, as in Ultralytics' export of the same model.
 """
 
 import json

@@ -6,7 +6,10 @@ per run, as NCNN runs), so detect.py and test.py give it the .pt's rectangles: p
 keeps the sides symbolic, and the heads build their grids from their feature maps (edge.tensor_grids) rather than
 with arange, a layer NCNN lacks; --static fixes the one shape of --img-size instead. FP32 stores the
 weights in float32 and runs without NCNN's fp16/bf16 storage; --half stores float16 weights and runs with fp16
-storage (any CPU: the trace stays float32 and pnnx converts).
+storage (any CPU: the trace stays float32 and pnnx converts). Anchor-free predictions come out as (5 + nc, N), the
+layout the head computes in (edge.channel_predictions, `output_layout: channels` in the metadata), and pnnx's graph is
+made lean before it is written (lean_param): no transpose, and no Reshape in NCNN's batch mode, which copies its input
+element by element.
 
 The .param is checked as text before NCNN reads it (its magic number, counts and line lengths), so a damaged or
 hostile file is one line rather than a crash inside the runtime, and the .bin's size is checked against what its
