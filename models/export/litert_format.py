@@ -15,7 +15,6 @@ import warnings
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from models.export.edge import channel_layout, channel_predictions, import_runtime, require_converter, rows_of
@@ -133,4 +132,5 @@ class LiteRTBackend(Backend):
     def run(self, x: torch.Tensor) -> torch.Tensor:
         self.interpreter.set_tensor(self.input_index, x.detach().cpu().float().numpy())
         self.interpreter.invoke()
-        return rows_of(torch.from_numpy(np.array(self.interpreter.get_tensor(self.output_index))), self.channels)
+        # get_tensor returns a copy of its own (writable, unshared): no second one
+        return rows_of(torch.from_numpy(self.interpreter.get_tensor(self.output_index)), self.channels)
