@@ -50,6 +50,33 @@ def without_top_k(job, runtime: str):
             set_end2end(job.model, True)
 
 
+OUTPUT_LAYOUT = "output_layout"  # metadata key: "channels" when an export puts out (B, C, N) predictions
+
+
+@contextlib.contextmanager
+def channel_predictions(model: torch.nn.Module):
+    """While tracing an edge export: the anchor-free heads put out (B, C, N) predictions, the layout they compute
+    in, so the graph holds no transpose (the backend's rows_of is a view). Yields the metadata to add."""
+    heads = [] if is_end2end(model) else [m for m in model.modules() if getattr(m, "rows_output", False)]
+    for head in heads:
+        head.rows_output = False
+    try:
+        yield {OUTPUT_LAYOUT: "channels"} if heads else {}
+    finally:
+        for head in heads:
+            head.rows_output = True
+
+
+def channel_layout(raw_metadata: dict) -> bool:
+    """Whether an export's metadata says its predictions come out as (B, C, N) (channel_predictions)."""
+    return raw_metadata.get(OUTPUT_LAYOUT) == "channels"
+
+
+def rows_of(predictions: torch.Tensor, channels: bool) -> torch.Tensor:
+    """(B, N, C) predictions from a runtime's output, a view of a (B, C, N) one."""
+    return predictions.transpose(1, 2) if channels else predictions
+
+
 def shape_metadata(sample: torch.Tensor, precision: str, dynamic: bool) -> dict:
     """What an edge export records of its input: dynamic height and width (one image per run, up to the export
     size), or the one shape it takes; and the precision it holds."""

@@ -5,7 +5,9 @@ An export is one file, `<stem>.tflite`, FP32 or FP16 as its metadata records. Th
 to the flatbuffer holding `metadata.json` (the layout Ultralytics uses: the interpreter ignores bytes after the
 model), read back with zipfile with its member sizes checked first. litert-torch exports through torch.export at one
 input shape, so the export is static: --img-size, batch 1 unless --batch-size. --half casts the weights to float16
-(ai-edge-quantizer's weight-only float casting; the arithmetic stays float32 on CPUs).
+(ai-edge-quantizer's weight-only float casting; the arithmetic stays float32 on CPUs). Anchor-free predictions come
+out as (5 + nc, N) (edge.channel_predictions), and the heads' grids are constants of the graph: every op runs in
+XNNPACK's partitions, as in Ultralytics' export of the same model.
 """
 
 import json
@@ -13,10 +15,9 @@ import warnings
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from models.export.edge import import_runtime, require_converter
+from models.export.edge import channel_layout, channel_predictions, import_runtime, require_converter, rows_of
 from models.export.metadata import MAX_METADATA_BYTES, error_line, parse_metadata
 from models.export.runtime import Backend
 from utils.errors import BackendError, ExportError
@@ -38,11 +39,13 @@ def export_litert(job, path: Path) -> Path:
     metadata appended as a zip of metadata.json."""
     litert_torch = require_converter("litert_torch", "LiteRT")
     litert_torch.fx_infra.decomp.add_pre_lower_decomp(torch.ops.aten.pow.Tensor_Scalar, _square)
-    sample = job.sample.float()
+    sample, model = job.sample.float(), job.model.float().eval()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), channel_predictions(model) as layout:
             warnings.simplefilter("ignore")
-            converted = litert_torch.convert(job.model.float().eval(), (sample,))
+            with torch.no_grad():  # fills the heads' grid caches at this shape: the graph holds them as constants,
+                model(sample)  # not as BROADCAST_TO ops, which XNNPACK lacks and which split its partition
+            converted = litert_torch.convert(model, (sample,))
         converted.export(str(path))
     except (MemoryError, torch.OutOfMemoryError):
         raise
@@ -53,7 +56,7 @@ def export_litert(job, path: Path) -> Path:
     h, w = sample.shape[2:]
     static = {"dynamic": False, "batch": sample.shape[0], "imgsz": [h, w], "precision": job.options.precision}
     with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(METADATA_MEMBER, json.dumps({**job.metadata, **static}))
+        archive.writestr(METADATA_MEMBER, json.dumps({**job.metadata, **layout, **static}))
     LOGGER.info(f"LiteRT: static {sample.shape[0]}x3x{h}x{w} input (litert-torch exports one shape)")
     return path
 
@@ -107,7 +110,9 @@ class LiteRTBackend(Backend):
     own_threads = True  # the interpreter runs on its own thread pool: the Predictor then pre-processes in NumPy
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
-        super().__init__(path, parse_metadata(litert_metadata(path), path), device)
+        raw = litert_metadata(path)
+        super().__init__(path, parse_metadata(raw, path), device)
+        self.channels = channel_layout(raw)
         with open(path, "rb") as f:
             if f.read(8)[4:] != FLATBUFFER_ID:
                 raise BackendError(f"{path} is not a LiteRT model: no {FLATBUFFER_ID.decode()} flatbuffer header")
@@ -127,4 +132,5 @@ class LiteRTBackend(Backend):
     def run(self, x: torch.Tensor) -> torch.Tensor:
         self.interpreter.set_tensor(self.input_index, x.detach().cpu().float().numpy())
         self.interpreter.invoke()
-        return torch.from_numpy(np.array(self.interpreter.get_tensor(self.output_index)))
+        # get_tensor returns a copy of its own (writable, unshared): no second one
+        return rows_of(torch.from_numpy(self.interpreter.get_tensor(self.output_index)), self.channels)

@@ -6,7 +6,10 @@ per run, as NCNN runs), so detect.py and test.py give it the .pt's rectangles: p
 keeps the sides symbolic, and the heads build their grids from their feature maps (edge.tensor_grids) rather than
 with arange, a layer NCNN lacks; --static fixes the one shape of --img-size instead. FP32 stores the
 weights in float32 and runs without NCNN's fp16/bf16 storage; --half stores float16 weights and runs with fp16
-storage (any CPU: the trace stays float32 and pnnx converts).
+storage (any CPU: the trace stays float32 and pnnx converts). Anchor-free predictions come out as (5 + nc, N), the
+layout the head computes in (edge.channel_predictions, `output_layout: channels` in the metadata), and pnnx's graph is
+made lean before it is written (lean_param): no transpose, and no Reshape in NCNN's batch mode, which copies its input
+element by element.
 
 The .param is checked as text before NCNN reads it (its magic number, counts and line lengths), so a damaged or
 hostile file is one line rather than a crash inside the runtime, and the .bin's size is checked against what its
@@ -24,8 +27,11 @@ import numpy as np
 import torch
 
 from models.export.edge import (
+    channel_layout,
+    channel_predictions,
     import_runtime,
     require_converter,
+    rows_of,
     shape_metadata,
     tensor_grids,
     without_top_k,
@@ -52,7 +58,8 @@ def export_ncnn(job, folder: Path) -> Path:
     work.mkdir()
     sample, dynamic = job.sample[:1].float(), job.options.dynamic
     grids = tensor_grids(job.model) if dynamic else contextlib.nullcontext()
-    with without_top_k(job, "NCNN") as metadata, grids, warnings.catch_warnings():
+    channels = channel_predictions(job.model)
+    with without_top_k(job, "NCNN") as metadata, grids, channels as layout, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit is deprecated in torch 2.9+ and tracer warnings are expected
         torch.jit.trace(job.model.float(), sample, check_trace=False).save(str(work / "model.pt"))
     command = [pnnx.EXEC_PATH, str(work / "model.pt"), f"inputshape={_shape(sample.shape)}f32"]
@@ -67,9 +74,10 @@ def export_ncnn(job, folder: Path) -> Path:
         lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()] or ["no output"]
         raise ExportError(f"pnnx could not convert the model to NCNN: {lines[-1][:200]}")
     folder.mkdir()
-    (folder / PARAM).write_text(_ONES_LIKE.sub(_POWER_ONES, param.read_text(encoding="utf-8")), encoding="utf-8")
+    (folder / PARAM).write_text(lean_param(param.read_text(encoding="utf-8")), encoding="utf-8")
     shutil.move(weights, folder / BIN)
-    write_metadata(folder / "metadata.yaml", metadata, shape_metadata(sample, job.options.precision, dynamic))
+    shape = shape_metadata(sample, job.options.precision, dynamic)
+    write_metadata(folder / "metadata.yaml", {**metadata, **layout}, shape)
     h, w = sample.shape[2:]
     said = f"any height and width up to {h}x{w}, one image per run" if dynamic else f"static 1x3x{h}x{w} input"
     LOGGER.info(f"NCNN: {said}")
@@ -78,6 +86,25 @@ def export_ncnn(job, folder: Path) -> Path:
 
 def _shape(dims) -> str:
     return "[" + ",".join(str(int(d)) for d in dims) + "]"
+
+
+def lean_param(text: str) -> str:
+    """pnnx's .param made runnable and fast: torch.ones_like as NCNN's Power (_ONES_LIKE), and before each Reshape
+    that takes its sizes from a second blob (YOLO11's attention restoring height and width), a Reshape of its data
+    to 2-D. Such a Reshape runs in NCNN's batch mode, which copies a 3-D input element by element (8.6 ms for
+    yolo11n's 2x64x400 at one thread, 0.05 ms from 2-D); a flattening Reshape keeps the element order."""
+    lines = _ONES_LIKE.sub(_POWER_ONES, text).splitlines()
+    out, added = lines[:2], 0
+    for line in lines[2:]:
+        fields = line.split()
+        if len(fields) > 5 and fields[0] == "Reshape" and fields[2] == "2":
+            flat = f"{fields[4]}_2d"
+            out.append(f"Reshape {fields[1]}_2d 1 1 {fields[4]} {flat} 0=0 1=-1")  # w kept, the rest as h
+            line, added = " ".join([*fields[:4], flat, *fields[5:]]), added + 1
+        out.append(line)
+    layers, blobs = (int(n) for n in out[1].split())
+    out[1] = f"{layers + added} {blobs + added}"
+    return "\n".join(out) + "\n"
 
 
 # pnnx leaves torch.ones_like (the anchor-free heads' objectness of 1) unconverted in a shape-dynamic graph: NCNN's
@@ -136,7 +163,9 @@ class NcnnBackend(Backend):
     own_threads = True  # NCNN runs on its own thread pool: the Predictor then pre-processes in NumPy
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
-        super().__init__(path, parse_metadata(ncnn_metadata(path), path), device)
+        raw = ncnn_metadata(path)
+        super().__init__(path, parse_metadata(raw, path), device)
+        self.channels = channel_layout(raw)
         param, weights = path / PARAM, path / BIN
         check_param(param)
         if not weights.is_file():
@@ -159,8 +188,9 @@ class NcnnBackend(Backend):
         self.ncnn, self.net, self.input_name, self.output_name = ncnn, net, inputs[0], outputs[0]
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
-        images = x.detach().cpu().float().numpy()
-        return torch.from_numpy(np.stack([self._extract(image) for image in images]))
+        outputs = [self._extract(image) for image in x.detach().cpu().float().numpy()]
+        # one image (as detect.py and test.py run NCNN): its array as it is, a (B, C, N) output as a view
+        return rows_of(torch.from_numpy(outputs[0][None] if len(outputs) == 1 else np.stack(outputs)), self.channels)
 
     def _extract(self, image: np.ndarray) -> np.ndarray:
         """One (3, H, W) image through the net; NCNN's Mat is cloned because it would only borrow the array."""

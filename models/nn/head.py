@@ -106,6 +106,9 @@ class AnchorFreeDetect(nn.Module):
 
     anchor_free = True
     na = 1  # one prediction per cell: what TTA's per-level row counts use
+    # Eval predictions as rows (B, N, C); an edge export sets it False while tracing to output (B, C, N), the layout
+    # the head computes in, and leaves the transpose to its backend (a view there, a copy in the graph)
+    rows_output = True
 
     def __init__(self, nc: int = 80, reg_max: int = 16, end2end: bool = False, legacy: bool = True, ch=()):
         super().__init__()
@@ -147,10 +150,24 @@ class AnchorFreeDetect(nn.Module):
             boxes, scores = self.decode(maps, corners=True)
             detections, cells = top_cells(boxes, scores, self.max_det)
             return detections, maps, cells
+        if not self.rows_output:
+            return self._channel_predictions(x), [], None
         maps = self._maps(x, self.cv2, self.cv3)
         boxes, scores = self.decode(maps)
         objectness = torch.ones_like(scores[:, :1])
         return torch.cat((boxes, objectness, scores), 1).transpose(1, 2), maps, None
+
+    def _channel_predictions(self, x: list[torch.Tensor]) -> torch.Tensor:
+        """The export path (rows_output False): predict's values as (B, 5 + nc, N), the box and class branches
+        flattened apart rather than joined per level and split again (two copies of every map fewer in an exported
+        graph; its maps are not an output)."""
+        bs = x[0].shape[0]
+        box_maps = [box(xi) for xi, box in zip(x, self.cv2)]
+        distances = torch.cat([m.reshape(bs, 4 * self.reg_max, -1) for m in box_maps], 2)
+        logits = torch.cat([cls(xi).reshape(bs, self.nc, -1) for xi, cls in zip(x, self.cv3)], 2)
+        boxes = self._boxes(distances, *self._anchor_points(box_maps, distances.dtype))
+        scores = logits.sigmoid()
+        return torch.cat((boxes, torch.ones_like(scores[:, :1]), scores), 1)
 
     def decode(self, maps: list[torch.Tensor], corners: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(boxes (B, 4, N) in input pixels, xywh or corners, class probabilities (B, nc, N)), levels in order,
@@ -160,14 +177,17 @@ class AnchorFreeDetect(nn.Module):
         if flat.dtype == torch.bfloat16:  # boxes in float32 at least: bfloat16 would put them pixels off
             flat = flat.float()
         distances, logits = flat.split((4 * self.reg_max, self.nc), 1)
-        points, strides = self._anchor_points(maps, flat.dtype)
+        return self._boxes(distances, *self._anchor_points(maps, flat.dtype), corners), logits.sigmoid()
+
+    def _boxes(self, distances, points, strides, corners: bool = False) -> torch.Tensor:
+        """Boxes (B, 4, N) in input pixels, xywh or corners, from the DFL distances (B, 4 * reg_max, N)."""
         left_top, right_bottom = self.dfl(distances).chunk(2, 1)
         top_left, bottom_right = points - left_top, points + right_bottom
         if corners:
             boxes = torch.cat((top_left, bottom_right), 1)
         else:
             boxes = torch.cat(((top_left + bottom_right) / 2, bottom_right - top_left), 1)
-        return boxes * strides, logits.sigmoid()
+        return boxes * strides
 
     def _anchor_points(self, maps: list[torch.Tensor], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Cell centres (2, N) in strides and each cell's stride (1, N), cached per map sizes."""

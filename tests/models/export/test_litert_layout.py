@@ -1,0 +1,33 @@
+"""LiteRT exports of anchor-free models (models/export/litert_format.py): predictions come out as (B, C, N), the layout
+the head computes in, with the metadata saying so, and the backend's rows equal the .pt's. Slow (one litert-torch
+conversion); skipped, with the reason, without litert-torch and ai-edge-litert (requirements-edge.txt) or ../shared."""
+
+import shutil
+
+import pytest
+import torch
+
+from models.export.backends import load_backend
+from models.export.exporter import ExportOptions, export
+from models.export.litert_format import litert_metadata
+from models.nn.head import set_end2end
+from models.weights.checkpoint import load_model
+from tests.models.export.edge_helpers import needs, raw_agreement
+
+SIZE = 128  # three levels of 16, 8 and 4 cells a side: the smallest input that checks each level's grid
+
+
+@pytest.mark.slow
+def test_anchor_free_export_puts_out_channels_and_gives_the_pt_rows(tmp_path, shared):
+    needs("litert_torch", "ai_edge_litert")
+    weights = tmp_path / "yolov8n_random.pt"
+    shutil.copy(shared / "reference/ultralytics/yolov8n_random.pt", weights)
+    [result] = export(weights, ["litert"], ExportOptions(imgsz=(SIZE, SIZE)), torch.device("cpu"))
+    assert litert_metadata(result.path)["output_layout"] == "channels"
+    backend = load_backend(result.path)
+    assert tuple(backend.interpreter.get_output_details()[0]["shape"]) == (1, 85, 336)
+    model = load_model(weights, torch.device("cpu"))
+    set_end2end(model, False)
+    images = sorted((shared / "datasets/coco128/images/train2017").glob("*.jpg"))[:2]
+    agreement = raw_agreement(model, backend, images, SIZE)
+    assert agreement.total == 2 * 336 and agreement.rate == 1.0, agreement.line()
