@@ -15,6 +15,7 @@ ones (the head's 1x1 convolutions, sigmoid, box decoding) stay in float, so conf
 """
 
 import contextlib
+import dataclasses
 import warnings
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes
     pt2e = require_converter("torchao.quantization.pt2e.quantize_pt2e", "ExecuTorch INT8 (torchao)")
     graph = exported.module()
     kept = _float_node_names(graph)
-    quantizer = xnnpack.XNNPACKQuantizer().set_global(xnnpack.get_symmetric_quantization_config(is_per_channel=True))
+    quantizer = xnnpack.XNNPACKQuantizer().set_global(_min_max_config(xnnpack))
     quantizer.set_filter_function(lambda node: node.name not in kept)
     observed = pt2e.prepare_pt2e(graph, quantizer)
     for array in images:
@@ -92,6 +93,17 @@ def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes
         observed(image if shapes else image.expand(len(sample), -1, -1, -1))  # a static export's batch
     LOGGER.info(f"ExecuTorch INT8: calibrated on {len(images)} images; first and last convolutions in float")
     return torch.export.export(pt2e.convert_pt2e(observed), (sample,), dynamic_shapes=shapes)
+
+
+def _min_max_config(xnnpack):
+    """XNNPACK's symmetric config (per-channel int8 weights), its activations observed by their min and max over the
+    calibration images instead of its default histogram, which took 5-8 s an image at 160x160 in the observed graph
+    (load 9 on 2 cores)."""
+    config = xnnpack.get_symmetric_quantization_config(is_per_channel=True)
+    activation = dataclasses.replace(
+        config.input_activation, observer_or_fake_quant_ctr=xnnpack.MinMaxObserver.with_args(eps=2**-12)
+    )
+    return dataclasses.replace(config, input_activation=activation, output_activation=activation)
 
 
 def _float_node_names(graph: torch.fx.GraphModule) -> set[str]:
