@@ -85,14 +85,29 @@ def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes
     pt2e = require_converter("torchao.quantization.pt2e.quantize_pt2e", "ExecuTorch INT8 (torchao)")
     graph = exported.module()
     kept = _float_node_names(graph)
-    quantizer = xnnpack.XNNPACKQuantizer().set_global(_min_max_config(xnnpack))
-    quantizer.set_filter_function(lambda node: node.name not in kept)
+    quantizer = _float_keeping(xnnpack.XNNPACKQuantizer, kept)().set_global(_min_max_config(xnnpack))
     observed = pt2e.prepare_pt2e(graph, quantizer)
     for array in images:
         image = torch.from_numpy(array)
         observed(image if shapes else image.expand(len(sample), -1, -1, -1))  # a static export's batch
     LOGGER.info(f"ExecuTorch INT8: calibrated on {len(images)} images; first and last convolutions in float")
     return torch.export.export(pt2e.convert_pt2e(observed), (sample,), dynamic_shapes=shapes)
+
+
+def _float_keeping(quantizer_type: type, kept: set[str]) -> type:
+    """quantizer_type whose annotation leaves the kept nodes unquantized. Its filter function is not enough: the
+    add, mul and cat annotators still quantized the box decoding, the objectness sharing the coordinates' scale (all
+    0 at 640)."""
+
+    class FloatKeeping(quantizer_type):
+        def annotate(self, model):
+            model = super().annotate(model)
+            for node in model.graph.nodes:
+                if node.name in kept:
+                    node.meta.pop("quantization_annotation", None)
+            return model
+
+    return FloatKeeping
 
 
 def _min_max_config(xnnpack):

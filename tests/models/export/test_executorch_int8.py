@@ -10,7 +10,13 @@ import torch
 from torch import nn
 from torchvision.ops import box_iou
 
-from models.export.executorch_format import ExecuTorchBackend, _float_node_names, export_executorch
+from models.export.executorch_format import (
+    ExecuTorchBackend,
+    _float_keeping,
+    _float_node_names,
+    _min_max_config,
+    export_executorch,
+)
 from models.export.exporter import ExportOptions, prepare
 from models.export.quantize import CalibrationImages
 from tests.models.export.edge_helpers import needs
@@ -20,7 +26,8 @@ SIZE = 256  # large enough for COCO128's objects to be found at all; small enoug
 
 
 class _Chain(nn.Module):
-    """conv -> SiLU -> conv -> SiLU -> conv -> sigmoid: a first convolution, a middle one and a head."""
+    """conv -> SiLU -> conv -> SiLU -> conv -> sigmoid -> a decoding (mul, add, cat): a first convolution, a middle
+    one and a head, whose add, mul and cat XNNPACK's quantizer annotates unless told not to."""
 
     def __init__(self):
         super().__init__()
@@ -28,16 +35,34 @@ class _Chain(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.silu(self.middle(nn.functional.silu(self.first(x))))
-        return self.last(x).sigmoid()
+        y = self.last(x).sigmoid()
+        return torch.cat((y[:, :2] * 4 + x[:, :2], y[:, 2:]), 1)
 
 
 def test_the_first_convolution_and_everything_after_the_last_stay_float():
     graph = torch.export.export(_Chain().eval(), (torch.rand(1, 3, 16, 16),)).module()
     convs = [n.name for n in graph.graph.nodes if n.target == torch.ops.aten.conv2d.default]
-    sigmoid = [n.name for n in graph.graph.nodes if n.target == torch.ops.aten.sigmoid.default]
+    after = [
+        n.name for n in graph.graph.nodes if n.target in (torch.ops.aten.sigmoid.default, torch.ops.aten.cat.default)
+    ]
     kept = _float_node_names(graph)
-    assert len(convs) == 3 and convs[0] in kept and convs[2] in kept and sigmoid[0] in kept
+    assert len(convs) == 3 and convs[0] in kept and convs[2] in kept and len(after) == 2 and set(after) <= kept
     assert convs[1] not in kept  # the one convolution that feeds another is quantized
+
+
+def test_the_quantizer_leaves_the_float_nodes_unannotated():
+    needs("executorch")
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer
+
+    graph = torch.export.export(_Chain().eval(), (torch.rand(1, 3, 16, 16),)).module()
+    kept = _float_node_names(graph)
+    quantizer = _float_keeping(xnnpack_quantizer.XNNPACKQuantizer, kept)().set_global(
+        _min_max_config(xnnpack_quantizer)
+    )
+    annotated = quantizer.annotate(quantizer.transform_for_annotation(graph))
+    marked = {n.name for n in annotated.graph.nodes if "quantization_annotation" in n.meta}
+    middle = [n.name for n in annotated.graph.nodes if n.target == torch.ops.aten.conv2d.default][1]
+    assert middle in marked and not marked & kept
 
 
 @pytest.mark.slow
@@ -57,12 +82,12 @@ def test_int8_program_is_smaller_and_finds_the_pts_objects(tmp_path, shared):
     found, total = 0, 0
     for image in CalibrationImages(files[1:64:8], options.imgsz, 32, auto=True):  # not calibrated on
         x = torch.from_numpy(image)
-        with torch.no_grad():
-            expected = non_max_suppression(job.model(x), 0.25, 0.45)[0]
-            got = non_max_suppression(backend.run(x), 0.25, 0.45)[0]
+        with torch.no_grad():  # the .pt's confident objects, looked for among the INT8 ones above a lower threshold,
+            expected = non_max_suppression(job.model(x), 0.5, 0.45)[0]  # so that int8 rounding near 0.25 is no miss
+            got = non_max_suppression(backend.run(x), 0.1, 0.45)[0]
         total += len(expected)
         if len(expected) and len(got):
             iou = box_iou(expected[:, :4], got[:, :4])
             iou[expected[:, 5:6] != got[:, 5][None]] = 0
             found += int((iou.max(1).values >= 0.7).sum())
-    assert total >= 10 and found >= 0.8 * total, f"{found} of {total} .pt detections found"
+    assert total >= 5 and found >= 0.9 * total, f"{found} of {total} .pt detections found"
