@@ -64,7 +64,8 @@ def export_executorch(job, folder: Path) -> Path:
             raise ExportError(f"ExecuTorch could not export the model: {error_line(e)}") from None
     folder.mkdir()
     (folder / PROGRAM).write_bytes(program.buffer)
-    write_metadata(folder / "metadata.yaml", metadata, shape_metadata(sample, job.options.precision, dynamic))
+    precision = "int8" if job.options.int8 else "fp32"  # a --half run on CUDA exports the float model too
+    write_metadata(folder / "metadata.yaml", metadata, shape_metadata(sample, precision, dynamic))
     h, w = sample.shape[2:]
     said = f"sides multiples of {job.metadata['stride']} up to {h}x{w} plus one stride, one image per run"
     LOGGER.info(f"ExecuTorch: {said if dynamic else f'static {sample.shape[0]}x3x{h}x{w} input'}")
