@@ -1,5 +1,7 @@
 """Whole detect.py and test.py commands, a .pt against its INT8 export, side by side: rounds alternate which runs
 first, each round's load average is printed with its wall times, and the ratio is taken per round and of the medians.
+Each command's CPU seconds (its own and its data-loader workers') and the thread count it chose are printed too: on a
+shared CPU the wall time moves with the other jobs, the CPU time much less.
 
     python benchmarks/bench_int8_commands.py --pt yolov5n.pt --int8 yolov5n_int8_openvino_model --data coco128.yaml \
         --source ../datasets/coco128/images/train2017 --rounds 3
@@ -7,11 +9,40 @@ first, each round's load average is printed with its wall times, and the ratio i
 
 import argparse
 import os
+import re
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench_common import _timed_command
+from bench_common import REPO
+
+
+@dataclass
+class Timed:
+    """One command's wall and CPU seconds and the torch thread count it ran on."""
+
+    wall: float
+    cpu: float
+    threads: str
+
+
+def timed_command(args: list[str]) -> Timed:
+    """Run `python args` in the repository; its wall time, the CPU time of it and its waited-for children (test.py's
+    loader workers), and its thread count (from its "running N of M threads" line, else all or OMP_NUM_THREADS)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], cwd=REPO, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    fitted = re.search(r"running (\d+) of \d+ threads", done.stdout + done.stderr)
+    threads = fitted.group(1) if fitted else os.environ.get("OMP_NUM_THREADS", str(os.cpu_count()))
+    return Timed(wall, cpu, threads)
 
 
 def commands(weights: Path, args: argparse.Namespace, out: Path) -> dict[str, list[str]]:
@@ -32,12 +63,12 @@ def rounds(args: argparse.Namespace, out: Path) -> dict[str, dict[str, list[floa
             order = list(sides) if r % 2 == 0 else list(reversed(sides))
             load = os.getloadavg()[0]
             for side in order:
-                times[cmd][side].append(_timed_command(commands(sides[side], args, out)[cmd]))
+                times[cmd][side].append(timed_command(commands(sides[side], args, out)[cmd]))
             pt, int8 = times[cmd]["pt"][-1], times[cmd]["int8"][-1]
-            threads = os.environ.get("OMP_NUM_THREADS", "fitted")
             print(
-                f"{cmd} round {r + 1} (load {load:.2f}, threads {threads}, {'/'.join(order)}): "
-                f".pt {pt:.2f} s, INT8 {int8:.2f} s, ratio {int8 / pt:.2f}",
+                f"{cmd} round {r + 1} (load {load:.2f}, {'/'.join(order)}): .pt {pt.wall:.2f} s "
+                f"({pt.cpu:.1f} CPU s, {pt.threads} threads), INT8 {int8.wall:.2f} s ({int8.cpu:.1f} CPU s, "
+                f"{int8.threads} threads), ratio {int8.wall / pt.wall:.2f} (CPU {int8.cpu / pt.cpu:.2f})",
                 flush=True,
             )
     return times
@@ -60,8 +91,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         times = rounds(args, Path(tmp))
     for cmd, sides in times.items():
-        pt, int8 = statistics.median(sides["pt"]), statistics.median(sides["int8"])
-        print(f"{cmd}: median .pt {pt:.2f} s, INT8 {int8:.2f} s, ratio of medians {int8 / pt:.2f}")
+        pt, int8 = (statistics.median(t.wall for t in sides[side]) for side in ("pt", "int8"))
+        pt_cpu, int8_cpu = (statistics.median(t.cpu for t in sides[side]) for side in ("pt", "int8"))
+        print(
+            f"{cmd}: median .pt {pt:.2f} s, INT8 {int8:.2f} s, ratio of medians {int8 / pt:.2f}; "
+            f"CPU seconds {pt_cpu:.1f} / {int8_cpu:.1f}, ratio {int8_cpu / pt_cpu:.2f}"
+        )
 
 
 if __name__ == "__main__":

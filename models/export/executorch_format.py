@@ -6,10 +6,16 @@ one image per run, so detect.py and test.py give it the .pt's rectangles: torch.
 (`Dim`) and the heads build their grids from their feature maps (edge.tensor_grids), since a grid cached per shape
 cannot be keyed by a symbolic size; the grids' unsqueezes stay out of XNNPACK, whose reshape takes one symbolic
 dimension only. --static fixes --img-size and --batch-size instead. YOLO26's end-to-end head exports its one-to-many
-predictions (run with NMS), as Ultralytics does: its top-k is not an XNNPACK op. FP32 only.
+predictions (run with NMS), as Ultralytics does: its top-k is not an XNNPACK op.
+
+--int8 --data: post-training quantization by torch.ao's PT2E flow with XNNPACK's quantizer (int8 activations,
+per-channel symmetric int8 weights), calibrated on the data YAML's val images letterboxed as detect.py does; as in
+the OpenVINO and ONNX INT8 exports (models/export/quantize.py), the first convolution and everything after the last
+ones (the head's 1x1 convolutions, sigmoid, box decoding) stay in float, so confidences stay calibrated.
 """
 
 import contextlib
+import dataclasses
 import warnings
 from pathlib import Path
 
@@ -24,6 +30,7 @@ from models.export.edge import (
     write_metadata,
 )
 from models.export.metadata import error_line, openvino_metadata, parse_metadata
+from models.export.quantize import CalibrationImages, float_nodes
 from models.export.runtime import Backend
 from utils.errors import BackendError, ExportError
 from utils.log import LOGGER
@@ -47,6 +54,8 @@ def export_executorch(job, folder: Path) -> Path:
         try:
             shapes = _dynamic_sides(sample, int(job.metadata["stride"])) if dynamic else None
             exported = torch.export.export(job.model.float().eval(), (sample,), dynamic_shapes=shapes)
+            if job.options.int8:
+                exported = _quantized(exported, job.calibration, sample, shapes)
             partitioner = xnnpack.XnnpackPartitioner(configs=delegated)
             program = exir.to_edge_transform_and_lower(exported, partitioner=[partitioner]).to_executorch()
         except (MemoryError, torch.OutOfMemoryError):
@@ -55,7 +64,8 @@ def export_executorch(job, folder: Path) -> Path:
             raise ExportError(f"ExecuTorch could not export the model: {error_line(e)}") from None
     folder.mkdir()
     (folder / PROGRAM).write_bytes(program.buffer)
-    write_metadata(folder / "metadata.yaml", metadata, shape_metadata(sample, "fp32", dynamic))
+    precision = "int8" if job.options.int8 else "fp32"  # a --half run on CUDA exports the float model too
+    write_metadata(folder / "metadata.yaml", metadata, shape_metadata(sample, precision, dynamic))
     h, w = sample.shape[2:]
     said = f"sides multiples of {job.metadata['stride']} up to {h}x{w} plus one stride, one image per run"
     LOGGER.info(f"ExecuTorch: {said if dynamic else f'static {sample.shape[0]}x3x{h}x{w} input'}")
@@ -67,6 +77,59 @@ def _dynamic_sides(sample: torch.Tensor, stride: int) -> tuple[dict, ...]:
     one stride (test.py's rectangular batches at 640 reach 672: half a stride of padding each side)."""
     h, w = (side // stride + 1 for side in sample.shape[2:])
     return ({2: stride * torch.export.Dim("rows", min=1, max=h), 3: stride * torch.export.Dim("cols", min=1, max=w)},)
+
+
+def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes) -> torch.export.ExportedProgram:
+    """The exported program quantized to int8 by XNNPACK's PT2E quantizer, calibrated on images (one forward pass
+    each through the observed graph), exported again with the same input shapes for lowering."""
+    xnnpack = require_converter("executorch.backends.xnnpack.quantizer.xnnpack_quantizer", "ExecuTorch")
+    pt2e = require_converter("torchao.quantization.pt2e.quantize_pt2e", "ExecuTorch INT8 (torchao)")
+    graph = exported.module()
+    kept = _float_node_names(graph)
+    quantizer = _float_keeping(xnnpack.XNNPACKQuantizer, kept)().set_global(_min_max_config(xnnpack))
+    observed = pt2e.prepare_pt2e(graph, quantizer)
+    for array in images:
+        image = torch.from_numpy(array)
+        observed(image if shapes else image.expand(len(sample), -1, -1, -1))  # a static export's batch
+    LOGGER.info(f"ExecuTorch INT8: calibrated on {len(images)} images; first and last convolutions in float")
+    return torch.export.export(pt2e.convert_pt2e(observed), (sample,), dynamic_shapes=shapes)
+
+
+def _float_keeping(quantizer_type: type, kept: set[str]) -> type:
+    """quantizer_type whose annotation leaves the kept nodes unquantized. Its filter function is not enough: the
+    add, mul and cat annotators still quantized the box decoding, the objectness sharing the coordinates' scale (all
+    0 at 640)."""
+
+    class FloatKeeping(quantizer_type):
+        def annotate(self, model):
+            model = super().annotate(model)
+            for node in model.graph.nodes:
+                if node.name in kept:
+                    node.meta.pop("quantization_annotation", None)
+            return model
+
+    return FloatKeeping
+
+
+def _min_max_config(xnnpack):
+    """XNNPACK's symmetric config (per-channel int8 weights), its activations observed by their min and max over the
+    calibration images instead of its default histogram, which took 5-8 s an image at 160x160 in the observed graph
+    (load 9 on 2 cores)."""
+    config = xnnpack.get_symmetric_quantization_config(is_per_channel=True)
+    activation = dataclasses.replace(
+        config.input_activation, observer_or_fake_quant_ctr=xnnpack.MinMaxObserver.with_args(eps=2**-12)
+    )
+    return dataclasses.replace(config, input_activation=activation, output_activation=activation)
+
+
+def _float_node_names(graph: torch.fx.GraphModule) -> set[str]:
+    """quantize.float_nodes of an exported graph: its first convolutions (on the input) and every node after the
+    last ones."""
+    nodes = list(graph.graph.nodes)
+    convs = {n.name for n in nodes if n.target == torch.ops.aten.conv2d.default}
+    first = {n.name for n in nodes if n.name in convs and n.args[0].op == "placeholder"}
+    successors = {n.name: [user.name for user in n.users] for n in nodes}
+    return float_nodes([n.name for n in nodes], successors, convs, first)
 
 
 def executorch_metadata(folder: Path) -> dict:

@@ -1,0 +1,93 @@
+"""ExecuTorch INT8 (models/export/executorch_format.py): which nodes stay in float, on a small exported graph, and a
+yolov5n INT8 program calibrated on COCO128 images that is smaller than float and still finds the .pt's objects. The
+export lowers to XNNPACK twice (a minute or more), so it is a slow test; it skips without executorch or ../shared."""
+
+import glob
+import shutil
+
+import pytest
+import torch
+from torch import nn
+from torchvision.ops import box_iou
+
+from models.export.executorch_format import (
+    ExecuTorchBackend,
+    _float_keeping,
+    _float_node_names,
+    _min_max_config,
+    export_executorch,
+)
+from models.export.exporter import ExportOptions, prepare
+from models.export.quantize import CalibrationImages
+from tests.models.export.edge_helpers import needs
+from utils.boxes import non_max_suppression
+
+SIZE = 256  # large enough for COCO128's objects to be found at all; small enough to calibrate in seconds
+
+
+class _Chain(nn.Module):
+    """conv -> SiLU -> conv -> SiLU -> conv -> sigmoid -> a decoding (mul, add, cat): a first convolution, a middle
+    one and a head, whose add, mul and cat XNNPACK's quantizer annotates unless told not to."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.middle, self.last = nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3), nn.Conv2d(4, 6, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.silu(self.middle(nn.functional.silu(self.first(x))))
+        y = self.last(x).sigmoid()
+        return torch.cat((y[:, :2] * 4 + x[:, :2], y[:, 2:]), 1)
+
+
+def test_the_first_convolution_and_everything_after_the_last_stay_float():
+    graph = torch.export.export(_Chain().eval(), (torch.rand(1, 3, 16, 16),)).module()
+    convs = [n.name for n in graph.graph.nodes if n.target == torch.ops.aten.conv2d.default]
+    after = [
+        n.name for n in graph.graph.nodes if n.target in (torch.ops.aten.sigmoid.default, torch.ops.aten.cat.default)
+    ]
+    kept = _float_node_names(graph)
+    assert len(convs) == 3 and convs[0] in kept and convs[2] in kept and len(after) == 2 and set(after) <= kept
+    assert convs[1] not in kept  # the one convolution that feeds another is quantized
+
+
+def test_the_quantizer_leaves_the_float_nodes_unannotated():
+    needs("executorch")
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer
+
+    graph = torch.export.export(_Chain().eval(), (torch.rand(1, 3, 16, 16),)).module()
+    kept = _float_node_names(graph)
+    quantizer = _float_keeping(xnnpack_quantizer.XNNPACKQuantizer, kept)().set_global(
+        _min_max_config(xnnpack_quantizer)
+    )
+    annotated = quantizer.annotate(quantizer.transform_for_annotation(graph))
+    marked = {n.name for n in annotated.graph.nodes if "quantization_annotation" in n.meta}
+    middle = [n.name for n in annotated.graph.nodes if n.target == torch.ops.aten.conv2d.default][1]
+    assert middle in marked and not marked & kept
+
+
+@pytest.mark.slow
+def test_int8_program_is_smaller_and_finds_the_pts_objects(tmp_path, shared):
+    needs("executorch", "torchao")
+    shutil.copy(shared / "weights/yolov5n.pt", tmp_path / "yolov5n.pt")
+    options = ExportOptions(imgsz=(SIZE, SIZE), int8=True)
+    job = prepare(tmp_path / "yolov5n.pt", options, torch.device("cpu"))
+    files = sorted(glob.glob(str(shared / "datasets/coco128/images/train2017/*.jpg")))
+    job.calibration = CalibrationImages(files[::16], options.imgsz, 32, auto=True)  # 8 images
+    job.metadata["calibration_images"] = len(job.calibration)
+    folder = export_executorch(job, tmp_path / "yolov5n_int8_executorch_model")
+    backend = ExecuTorchBackend(folder, torch.device("cpu"))
+    assert backend.precision == "int8" and backend.calibration_images == 8 and backend.fixed_shape is None
+    params = sum(p.numel() for p in job.model.parameters())
+    assert (folder / "model.pte").stat().st_size < 2 * params  # float32 would be 4 bytes a weight
+    found, total = 0, 0
+    for image in CalibrationImages(files[1:64:8], options.imgsz, 32, auto=True):  # not calibrated on
+        x = torch.from_numpy(image)
+        with torch.no_grad():  # the .pt's confident objects, looked for among the INT8 ones above a lower threshold,
+            expected = non_max_suppression(job.model(x), 0.5, 0.45)[0]  # so that int8 rounding near 0.25 is no miss
+            got = non_max_suppression(backend.run(x), 0.1, 0.45)[0]
+        total += len(expected)
+        if len(expected) and len(got):
+            iou = box_iou(expected[:, :4], got[:, :4])
+            iou[expected[:, 5:6] != got[:, 5][None]] = 0
+            found += int((iou.max(1).values >= 0.7).sum())
+    assert total >= 5 and found >= 0.9 * total, f"{found} of {total} .pt detections found"
