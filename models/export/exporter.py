@@ -401,8 +401,8 @@ def check_int8(formats: list[str], options: ExportOptions) -> list[str]:
     if not calibrated:
         return []
     files = quantize.calibration_files(options.data, options.calib_images)  # a data problem first, with or without
-    for fmt in calibrated:  # the quantizer installed
-        if fmt != "engine":
+    for fmt in calibrated:  # the quantizer installed (TensorRT's and ExecuTorch's come with their converters)
+        if fmt in ("onnx", "openvino"):
             quantize.require_quantizer(fmt, options.onnx_quantizer)
     return files
 

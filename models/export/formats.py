@@ -143,7 +143,7 @@ FORMATS = {
             "executorch",
             "_executorch_model",
             folder=True,
-            int8=False,
+            int8=True,
             bf16=False,
             writer="models.export.executorch_format:export_executorch",
             metadata="models.export.executorch_format:executorch_metadata",
