@@ -199,7 +199,9 @@ def load_data_config(path: str | Path) -> dict:
     return cfg
 
 
-SHAPES_SETS = {"shapes": False, "shapes-seg": True}  # `generate:` values: the synthetic set, polygon rows or not
+# `generate:` values: the synthetic sets' generator arguments. The segment set is the quickstart's: three classes
+# (circle, square, triangle), so that a nano segment model learns it to mask mAP50 >= 0.9 within 3 CPU minutes.
+SHAPES_SETS = {"shapes": {}, "shapes-seg": {"polygons": True, "n_classes": 3}}
 
 
 def _generate_shapes(root: Path, file: Path, missing: str, kind: str = "shapes") -> None:
@@ -220,6 +222,6 @@ def _generate_shapes(root: Path, file: Path, missing: str, kind: str = "shapes")
         )
     LOGGER.info(f"Generating the synthetic shapes dataset in {root} ...")
     try:
-        generate_shapes(root, polygons=True) if SHAPES_SETS[kind] else generate_shapes(root)
+        generate_shapes(root, **SHAPES_SETS[kind])
     except ShapesError as e:
         raise DatasetError(f"{file}: {e}") from None

@@ -18,8 +18,11 @@ def _cut(points: np.ndarray, axis: int, bound: float, keep_below: bool) -> np.nd
         return points
     side = points[:, axis] - bound
     inside = side <= 0 if keep_below else side >= 0
-    following, side_next = np.roll(points, -1, 0), np.roll(side, -1)
-    crossing = inside != np.roll(inside, -1)
+    if inside.all():  # nothing to cut (what the steps below return too, only slower)
+        return points
+    after = np.arange(1, len(points) + 1) % len(points)  # each vertex's successor (np.roll, without its overhead)
+    following, side_next = points[after], side[after]
+    crossing = inside != inside[after]
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(crossing, side / (side - side_next), 0.0)
     cross_points = points + t[:, None] * (following - points)

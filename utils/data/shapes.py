@@ -3,8 +3,9 @@
 Layout (YOLO): <root>/images/{train,val}/*.jpg and <root>/labels/{train,val}/*.txt. data/shapes.yaml points at
 ../datasets/shapes and generates it on first use; it is only ever written into an absent or empty folder. Each
 class has its own shape and colour family, so a nano model trained from scratch for a few epochs learns it. With
-polygons (data/shapes-seg.yaml, ../datasets/shapes-seg) the same images are labelled with each shape's outline,
-YOLO segment rows (cls x1 y1 x2 y2 ..., normalised; a circle as a CIRCLE_VERTICES-gon).
+polygons the same images are labelled with each shape's outline, YOLO segment rows (cls x1 y1 x2 y2 ...,
+normalised; a circle as a CIRCLE_VERTICES-gon). data/shapes-seg.yaml's set (../datasets/shapes-seg3) has polygons
+and only the first three classes, so that the segment quickstart learns it within its 3 CPU minutes.
 """
 
 import argparse
@@ -26,7 +27,7 @@ CLASSES = ("circle", "square", "triangle", "star", "cross")
 COLORS = ((40, 40, 220), (40, 200, 40), (220, 80, 30), (235, 235, 235), (210, 40, 210))
 DEFAULT_ROOT = REPO_ROOT.parent / "datasets" / "shapes"  # beside the checkout, as YOLOv5 keeps datasets
 N_TRAIN, N_VAL, IMG_SIZE, SEED = 400, 60, 256, 0
-SEGMENT_ROOT = REPO_ROOT.parent / "datasets" / "shapes-seg"
+SEGMENT_ROOT = REPO_ROOT.parent / "datasets" / "shapes-seg3"  # data/shapes-seg.yaml's set: polygons, 3 classes
 CIRCLE_VERTICES = 32  # a circle's outline: within 0.5% of its radius, its box exactly the circle's
 
 
@@ -69,14 +70,16 @@ def _circle(cx: float, cy: float, r: float) -> np.ndarray:
     return np.stack((cx + r * np.cos(t), cy + r * np.sin(t)), 1)
 
 
-def _draw_image(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[tuple], list[np.ndarray]]:
-    """One image with 2-5 non-overlapping shapes (fewer if they do not fit), their labels (cls, cx, cy, w, h) and
-    their outlines (normalised (k, 2) vertices)."""
+def _draw_image(
+    rng: np.random.Generator, size: int, n_classes: int = len(CLASSES)
+) -> tuple[np.ndarray, list[tuple], list[np.ndarray]]:
+    """One image with 2-5 non-overlapping shapes of the first n_classes classes (fewer shapes if they do not fit),
+    their labels (cls, cx, cy, w, h) and their outlines (normalised (k, 2) vertices)."""
     img = _background(rng, size)
     boxes, labels, outlines = [], [], []
     for _ in range(int(rng.integers(2, 6))):
         for _attempt in range(20):  # rejection-sample a free spot
-            cls = int(rng.integers(len(CLASSES)))
+            cls = int(rng.integers(n_classes))
             r = rng.uniform(0.06, 0.19) * size  # objects 12%-38% of the image across
             cx, cy = rng.uniform(r, size - r, 2)
             angle = math.radians(rng.uniform(-20, 20))  # near upright: one clear look per class
@@ -98,11 +101,13 @@ def _draw_image(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[t
     return img, labels, outlines
 
 
-def _write_split(folder: Path, split: str, n: int, size: int, rng: np.random.Generator, polygons: bool) -> None:
+def _write_split(
+    folder: Path, split: str, n: int, size: int, rng: np.random.Generator, polygons: bool, n_classes: int
+) -> None:
     (folder / "images" / split).mkdir(parents=True)
     (folder / "labels" / split).mkdir(parents=True)
     for i in range(n):
-        img, labels, outlines = _draw_image(rng, size)
+        img, labels, outlines = _draw_image(rng, size, n_classes)
         name = f"{split}_{i:05d}"
         cv2.imwrite(str(folder / "images" / split / f"{name}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 92])
         if polygons:
@@ -139,10 +144,14 @@ def generate_shapes(
     img_size: int = IMG_SIZE,
     seed: int = SEED,
     polygons: bool = False,
+    n_classes: int = len(CLASSES),
 ) -> Path:
     """Write the shapes dataset (train and val splits) into root, which must be absent or an empty folder (else
     ShapesError, nothing changed); same arguments, same bytes. polygons: label rows are the shapes' outlines
-    (segment labels; the images are the same). Returns root."""
+    (segment labels; the images are the same). n_classes: only the first n_classes of CLASSES are drawn (the
+    segment quickstart's set has 3). Returns root."""
+    if not 1 <= n_classes <= len(CLASSES):
+        raise ShapesError(f"n_classes must be 1 to {len(CLASSES)}, not {n_classes}")
     root = Path(root).resolve()
     _check_target(root)
     try:
@@ -154,7 +163,7 @@ def generate_shapes(
     try:
         # one generator per split, so the val split does not change when n_train does
         for split, n, offset in (("train", n_train, 0), ("val", n_val, 1)):
-            _write_split(tmp, split, n, img_size, np.random.default_rng([seed, offset]), polygons)
+            _write_split(tmp, split, n, img_size, np.random.default_rng([seed, offset]), polygons, n_classes)
         # the finished dataset moves in at once: an interrupted run never leaves a half-written one behind
         if root.is_dir():
             root.rmdir()  # empty (checked above); rmdir itself refuses a folder that has been filled since
@@ -175,7 +184,8 @@ def write_data_yaml(root: str | Path, file: str | Path) -> Path:
 
 
 def main() -> int:
-    """Command line: python -m utils.data.shapes [--root DIR] [--n-train N] [--n-val N] [--img SIZE] [--seed S]."""
+    """Command line: python -m utils.data.shapes [--root DIR] [--n-train N] [--n-val N] [--img SIZE] [--seed S]
+    [--polygons] [--classes N]."""
     ap = argparse.ArgumentParser(description="Generate the synthetic shapes detection dataset")
     ap.add_argument("--root", default=str(DEFAULT_ROOT), help="output folder (absent or empty)")
     ap.add_argument("--n-train", type=int, default=N_TRAIN)
@@ -183,8 +193,9 @@ def main() -> int:
     ap.add_argument("--img", type=int, default=IMG_SIZE, help="image size (square, px)")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--polygons", action="store_true", help="segment labels: each shape's outline as a polygon row")
+    ap.add_argument("--classes", type=int, default=len(CLASSES), help=f"draw only the first N of {', '.join(CLASSES)}")
     args = ap.parse_args()
-    root = generate_shapes(args.root, args.n_train, args.n_val, args.img, args.seed, args.polygons)
+    root = generate_shapes(args.root, args.n_train, args.n_val, args.img, args.seed, args.polygons, args.classes)
     print(f"shapes dataset written to {root} ({args.n_train} train, {args.n_val} val images)")
     return 0
 
