@@ -187,8 +187,7 @@ class TrackTrack:
         """lost_match_thr > 0: tracks lost before this frame and still unmatched against the detections left."""
         if self.config.lost_match_thr <= 0 or not len(leftover):
             return leftover
-        lost_ids = {t.track_id for t in lost}
-        waiting = [t for t in pool if t.state == TrackState.LOST and t.track_id not in lost_ids]
+        waiting = _lost_earlier(pool, lost)
         if not waiting:
             return leftover
         pairs, _, dets_left = iterative_assign(
@@ -202,9 +201,10 @@ class TrackTrack:
         """refind_thr > 0: tracks lost before this frame and still unmatched against the confident detections left
         that overlap no active track by more than tai_thr, by the gap between centres (refind.centre_gap_cost),
         before any of those detections starts a new track."""
-        lost_ids = {t.track_id for t in lost}
-        waiting = [t for t in pool if t.state == TrackState.LOST and t.track_id not in lost_ids]
-        if self.config.refind_thr <= 0 or not len(leftover) or not waiting:
+        if self.config.refind_thr <= 0 or not len(leftover):
+            return leftover
+        waiting = _lost_earlier(pool, lost)
+        if not waiting:
             return leftover
         frames_lost = [self.frame_id - t.frame_id for t in waiting]
         cost = centre_gap_cost(self._boxes(waiting), leftover.rows[:, :4], self.config.refind_thr, frames_lost)
@@ -447,3 +447,10 @@ def _clip01(x: np.ndarray) -> np.ndarray:
 def _iou_cost32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """1 - IoU of two box arrays in float32 (the reference's duplicate test)."""
     return 1 - iou32(a.astype(np.float32), b.astype(np.float32))
+
+
+def _lost_earlier(pool: list, lost: list) -> list:
+    """The tracks of pool still lost after this frame's matching that were already lost before it (not in lost, the
+    ones this frame lost)."""
+    lost_ids = {t.track_id for t in lost}
+    return [t for t in pool if t.state == TrackState.LOST and t.track_id not in lost_ids]
