@@ -2,7 +2,8 @@
 its motion estimate, OC-SORT and TrackTrack without appearance at 50 and 200; BoT-SORT and TrackTrack with appearance
 (with_reid) at 50; detection time not included), the appearance embedding's own cost per frame (the detector's head
 inputs kept and pooled at 50 detections, yolo11n at 640, against the same forward without), and the camera-motion
-compensation (BoT-SORT's and TrackTrack's) per frame at 640x360 and 1920x1080 for each gmc_method.
+compensation (BoT-SORT's and TrackTrack's) per frame at 640x360 and 1920x1080 for each gmc_method, with the check
+of an estimate against 50 tracks that the default tracker adds to it (gmc_check).
 
 Usage: python benchmarks/bench_tracking.py [--repeats 5] [--frames 300] [--gmc-frames 30] [--embed-frames 20]
 Each figure is the mean per frame of one run over the frames, as the min and median of --repeats runs, after a
@@ -26,7 +27,9 @@ from bench_common import _stats
 from utils.track.bot_sort import create_tracker
 from utils.track.config import load_tracker_config
 from utils.track.gmc import CameraMotion
+from utils.track.motion_check import checked_affine
 from utils.track.synth import SceneOptions, SceneRenderer
+from utils.track.tracks import xyxy_to_state
 
 
 def _detections(n_objects: int, frames: int, seed: int = 0) -> list[np.ndarray]:
@@ -98,6 +101,28 @@ def bench_gmc(width: int, height: int, method: str, frames: int, repeats: int) -
     return {"size": f"{width}x{height}", "gmc_method": method, "ms_per_frame": _stats(wall), "cpu_ms": _stats(cpu)}
 
 
+def bench_motion_check(n_objects: int, frames: int, repeats: int) -> dict:
+    """TrackTrack's gmc_check (default_tracker.yaml) per frame: an estimate checked against n_objects tracks and
+    this frame's detections (what it adds to the motion estimate below)."""
+    detections = _detections(n_objects, frames + 1)
+    affine = np.array([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0]])
+    states = [np.c_[xyxy_to_state(d[:n_objects, :4], False), np.zeros((n_objects, 4))] for d in detections]
+    wall, cpu = [], []
+    for run in range(repeats + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for state, d in zip(states, detections[1:]):
+            checked_affine(affine, state, d[:, :4])
+        if run:
+            wall.append(1e3 * (time.perf_counter() - t0) / frames)
+            cpu.append(1e3 * (time.process_time() - c0) / frames)
+    return {
+        "tracker": "tracktrack gmc_check",
+        "objects": n_objects,
+        "ms_per_frame": _stats(wall),
+        "cpu_ms": _stats(cpu),
+    }
+
+
 def bench_embedding(frames: int, repeats: int, n_detections: int = 50) -> dict:
     """The appearance embedding's cost per frame: yolo11n (random weights) at 640x640 on CPU with one thread, a
     forward inside the head tap, then 50 detections' features pooled from it (pooled_ms), against the same forward
@@ -150,7 +175,7 @@ def main() -> None:
     cases = [("bytetrack", 10), ("bytetrack", 50), ("bytetrack", 200)]
     cases += [(kind, n) for kind in ("botsort", "ocsort", "tracktrack") for n in (50, 200)]
     cases += [("botsort+reid", 50), ("tracktrack+reid", 50)]
-    rows = bench_trackers(cases, args.frames, args.repeats)
+    rows = bench_trackers(cases, args.frames, args.repeats) + [bench_motion_check(50, args.frames, args.repeats)]
     embedding = bench_embedding(args.embed_frames, args.repeats) if args.embed_frames > 0 else None
     for width, height in ((640, 360), (1920, 1080)) if args.gmc_frames > 0 else ():
         rows += [bench_gmc(width, height, m, args.gmc_frames, args.repeats) for m in ("sparseOptFlow", "orb", "ecc")]

@@ -52,6 +52,7 @@ class TrackerConfig:
     tai_thr: float = 0.55  # TrackTrack: a new track needs IoU <= this with every track and stronger new detection
     min_track_len: int = 3  # TrackTrack: detections that confirm a new track
     refind_thr: float = 0.0  # TrackTrack (ours, not Ultralytics'): reach of re-finding a lost track by centre gap
+    gmc_check: bool = False  # TrackTrack (ours): keep a camera-motion estimate only if it fits the tracks better
 
 
 # TrackTrack's defaults where they differ from the others' (Ultralytics' tracktrack.yaml)

@@ -28,6 +28,7 @@ from utils.track.appearance import (
 from utils.track.byte_tracker import drop_duplicates
 from utils.track.config import TrackerConfig
 from utils.track.gmc import CameraMotion
+from utils.track.motion_check import checked_affine
 from utils.track.refind import centre_gap_cost
 from utils.track.track_table import DELTA_T, TrackTable
 from utils.track.tracks import Track, TrackState, detection_xyxy, state_to_xyxy, xyxy_to_state
@@ -134,6 +135,8 @@ class TrackTrack:
         pool += [t for t in self.lost if t.track_id not in ids]
         if frame is not None:
             affine = self.camera.estimate(frame, dets.box32[: dets.n_high])
+            if self.config.gmc_check:  # an estimate that fits the tracks worse than no motion is not the camera's
+                affine = checked_affine(affine, self.table.mean[_rows(pool[: len(ids)])], dets.box32[: dets.n_high])
             self._warp(pool, affine)  # two calls, as the reference makes them
             self._warp(unconfirmed, affine)
         self._predict(pool + unconfirmed)
