@@ -3,23 +3,31 @@
 
 An export is one file, `<stem>.tflite`, FP32 or FP16 as its metadata records. The metadata is a zip archive appended
 to the flatbuffer holding `metadata.json` (the layout Ultralytics uses: the interpreter ignores bytes after the
-model), read back with zipfile with its member sizes checked first. litert-torch exports through torch.export at one
-input shape, so the export is static: --img-size, batch 1 unless --batch-size. --half casts the weights to float16
-(ai-edge-quantizer's weight-only float casting; the arithmetic stays float32 on CPUs). Anchor-free predictions come
-out as (5 + nc, N) (edge.channel_predictions), and the heads' grids are constants of the graph: every op runs in
-XNNPACK's partitions, as in Ultralytics' export of the same model.
+model), read back with zipfile with its member sizes checked first. litert-torch exports through torch.export, and
+the graph it writes keeps the traced sizes of the upsamplings: each input shape is a signature of its own, sharing
+one copy of the weights (signature_shapes: --img-size, and test.py's usual rectangles and the square that holds any of
+its batches; --static: --img-size alone). An input runs in the smallest signature that holds it, placed at the top
+left in letterbox grey, and only the rows of the cells over the input are kept: the cells keep their place on every
+level's grid, so the predictions are the .pt's, exactly in a signature of the input's own shape, else but near the
+bottom and right edges.
+Batch 1 unless --batch-size. --half casts the weights to float16 (ai-edge-quantizer's weight-only float casting; the
+arithmetic stays float32 on CPUs). Anchor-free predictions come out as (5 + nc, N) (edge.channel_predictions), and the
+heads' grids are constants of the graph: every op runs in XNNPACK's partitions, as in Ultralytics' export.
 """
 
 import json
+import math
 import warnings
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from models.export.edge import channel_layout, channel_predictions, import_runtime, require_converter, rows_of
 from models.export.metadata import MAX_METADATA_BYTES, error_line, parse_metadata
-from models.export.runtime import Backend
+from models.export.runtime import LETTERBOX_GREY, Backend
 from utils.errors import BackendError, ExportError
 from utils.log import LOGGER
 
@@ -34,30 +42,68 @@ def _square(x: torch.Tensor, exponent):
     return x * x if exponent == 2 else torch.exp(torch.log(x) * exponent)
 
 
+PHOTO_RATIOS = (3 / 4, 2 / 3)  # the common camera aspect ratios (4:3, 3:2): test.py's usual rectangular batches
+
+
+def signature_shapes(job) -> list[tuple[int, int]]:
+    """The input shapes (h, w) an export holds, smallest first: --img-size alone with --static; else also the
+    rectangles test.py's batches of 4:3 and 3:2 photos take at --img-size (one stride more on the long side, as
+    they are padded by half a stride, both orientations) and the square that holds any of its batches."""
+    (h, w), stride = job.sample.shape[2:], int(job.metadata["stride"])
+    if not job.options.dynamic:
+        return [(h, w)]
+    side = max(h, w)
+    long = math.ceil(side / stride + 0.5) * stride
+    short = {math.ceil(r * side / stride + 0.5) * stride for r in PHOTO_RATIOS}
+    shapes = {(h, w), (long, long)} | {(s, long) for s in short} | {(long, s) for s in short}
+    return sorted(shapes, key=lambda shape: (shape[0] * shape[1], shape))
+
+
+def _signature_name(shape: tuple[int, int]) -> str:
+    return f"input_{shape[0]}x{shape[1]}"
+
+
+def _converted(litert_torch, job, shapes: list[tuple[int, int]]):
+    """litert-torch's model of job at each of shapes, one signature each."""
+    model, converter = job.model.float().eval(), litert_torch
+    heads = [m for m in model.modules() if isinstance(getattr(m, "_grids", None), dict)]
+    for shape in shapes:
+        sample = torch.zeros(job.sample.shape[0], 3, *shape)
+        with torch.no_grad():  # fills the heads' grid caches at this shape: the graph holds them as constants,
+            model(sample)  # not as BROADCAST_TO ops, which XNNPACK lacks and which split its partition
+        converter = converter.signature(_signature_name(shape), model, (sample,))
+    for head in heads:  # anchor sizes (1, na, 1, 1, 2), broadcast by the multiplication, not one per cell and shape
+        head._grids = {key: (grid, anchors[:, :, :1, :1].clone()) for key, (grid, anchors) in head._grids.items()}
+    try:
+        return converter.convert()
+    finally:
+        for head in heads:
+            head._grids = {}
+
+
 def export_litert(job, path: Path) -> Path:
-    """litert_torch.convert the model at the job's input shape into path; --half: weights cast to float16; the
+    """litert_torch.convert the model at each of signature_shapes into path; --half: weights cast to float16; the
     metadata appended as a zip of metadata.json."""
     litert_torch = require_converter("litert_torch", "LiteRT")
     litert_torch.fx_infra.decomp.add_pre_lower_decomp(torch.ops.aten.pow.Tensor_Scalar, _square)
-    sample, model = job.sample.float(), job.model.float().eval()
+    shapes = signature_shapes(job)
     try:
-        with warnings.catch_warnings(), channel_predictions(model) as layout:
+        with warnings.catch_warnings(), channel_predictions(job.model) as layout:
             warnings.simplefilter("ignore")
-            with torch.no_grad():  # fills the heads' grid caches at this shape: the graph holds them as constants,
-                model(sample)  # not as BROADCAST_TO ops, which XNNPACK lacks and which split its partition
-            converted = litert_torch.convert(model, (sample,))
-        converted.export(str(path))
+            _converted(litert_torch, job, shapes).export(str(path))
     except (MemoryError, torch.OutOfMemoryError):
         raise
     except Exception as e:  # the converter's own error types: an op it cannot lower
         raise ExportError(f"litert-torch could not convert the model to LiteRT: {error_line(e)}") from None
     if job.options.half:
         _cast_weights_to_fp16(path)
-    h, w = sample.shape[2:]
-    static = {"dynamic": False, "batch": sample.shape[0], "imgsz": [h, w], "precision": job.options.precision}
+    (h, w), batch, dynamic = shapes[0], job.sample.shape[0], len(shapes) > 1
+    shape = {"dynamic": dynamic, "batch": batch, "imgsz": [h, w], "precision": job.options.precision}
     with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(METADATA_MEMBER, json.dumps({**job.metadata, **layout, **static}))
-    LOGGER.info(f"LiteRT: static {sample.shape[0]}x3x{h}x{w} input (litert-torch exports one shape)")
+        archive.writestr(METADATA_MEMBER, json.dumps({**job.metadata, **layout, **shape}))
+    sizes = ", ".join(f"{sh}x{sw}" for sh, sw in shapes)
+    held = "smaller inputs padded at the top left" if dynamic else "static: smaller inputs padded, centred"
+    LOGGER.info(f"LiteRT: batch {batch}, input shapes {sizes} (one signature each; {held})")
     return path
 
 
@@ -104,14 +150,16 @@ def litert_metadata(path: Path) -> dict:
 
 
 class LiteRTBackend(Backend):
-    """A .tflite of ours run by LiteRT's interpreter (XNNPACK on the CPU), on torch's thread count."""
+    """A .tflite of ours run by LiteRT's interpreter (XNNPACK on the CPU), on torch's thread count: each input in the
+    smallest of its signatures that holds it (a --static export: its one shape, as any static export)."""
 
     kind = "LiteRT"
     own_threads = True  # the interpreter runs on its own thread pool: the Predictor then pre-processes in NumPy
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
         raw = litert_metadata(path)
-        super().__init__(path, parse_metadata(raw, path), device)
+        meta = parse_metadata(raw, path)
+        super().__init__(path, meta, device)
         self.channels = channel_layout(raw)
         with open(path, "rb") as f:
             if f.read(8)[4:] != FLATBUFFER_ID:
@@ -119,18 +167,91 @@ class LiteRTBackend(Backend):
         interpreter = import_runtime("ai_edge_litert.interpreter")  # after the file's checks, as NCNN's
         try:
             self.interpreter = interpreter.Interpreter(model_path=str(path), num_threads=torch.get_num_threads())
-            self.interpreter.allocate_tensors()
+            self.signatures = sorted(self._signature(key) for key in self.interpreter.get_signature_list())
         except (MemoryError, torch.OutOfMemoryError):
+            raise
+        except BackendError:
             raise
         except Exception as e:  # ValueError and RuntimeError with the interpreter's own text
             raise BackendError(f"{path} could not be loaded by LiteRT: {error_line(e)}") from None
-        inputs, outputs = self.interpreter.get_input_details(), self.interpreter.get_output_details()
+        if not self.signatures:
+            raise BackendError(f"{path} is not a YOLO export: it has no signature")
+        self.signature_batch = self.signatures[0].shape[0]
+        self.row_indices: dict[tuple, torch.Tensor] = {}  # (signature h, w, input h, w): the rows kept
+
+    def _signature(self, key: str) -> "_Signature":
+        """One signature of the model: its runner, input and output names, and input shape."""
+        runner = self.interpreter.get_signature_runner(key)
+        inputs, outputs = runner.get_input_details(), runner.get_output_details()
         if len(inputs) != 1 or len(outputs) != 1:
-            raise BackendError(f"{path} is not a YOLO export: it has {len(inputs)} inputs and {len(outputs)} outputs")
-        self.input_index, self.output_index = inputs[0]["index"], outputs[0]["index"]
+            raise BackendError(
+                f"{self.path} is not a YOLO export: its signature {key} has {len(inputs)} inputs and "
+                f"{len(outputs)} outputs"
+            )
+        [(name, details)], [output] = inputs.items(), outputs
+        shape = tuple(int(v) for v in details["shape"])
+        if len(shape) != 4 or shape[1] != 3:
+            raise BackendError(f"{self.path} is not a YOLO export: its signature {key} takes a {shape} input")
+        return _Signature(shape[2] * shape[3], shape, runner, name, output)
+
+    def run_shape(self, images: int, height: int, width: int) -> tuple[int, int]:
+        """A --static export: its one shape (the base class pads); else the input's own, padded in run()."""
+        if self.fixed_shape:
+            return super().run_shape(images, height, width)
+        if not any(height <= s.shape[2] and width <= s.shape[3] for s in self.signatures):
+            h, w = self.signatures[-1].shape[2:]
+            raise BackendError(
+                f"{self.path} takes inputs up to {h}x{w} but got a {height}x{width} input: letterbox to at most "
+                f"{h}x{w} or export at a larger --img-size"
+            )
+        return height, width
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
-        self.interpreter.set_tensor(self.input_index, x.detach().cpu().float().numpy())
-        self.interpreter.invoke()
-        # get_tensor returns a copy of its own (writable, unshared): no second one
-        return rows_of(torch.from_numpy(self.interpreter.get_tensor(self.output_index)), self.channels)
+        h, w = x.shape[2:]
+        signature = next(s for s in self.signatures if h <= s.shape[2] and w <= s.shape[3])
+        images = x.detach().cpu().float().numpy()
+        step = self.signature_batch
+        outputs = [self._run_batch(signature, images[i : i + step]) for i in range(0, len(x), step)]
+        out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+        if self.family.end2end or signature.shape[2:] == (h, w):  # end-to-end rows are boxes, in the input's place
+            return out
+        return out[:, self._rows(signature.shape[2:], (h, w), out.shape[1])]
+
+    def _run_batch(self, signature: "_Signature", images: np.ndarray) -> torch.Tensor:
+        """Predictions (n, N, C) of n <= the signature's batch images, placed at the top left of its input in
+        letterbox grey (missing images: zeros)."""
+        n, _, h, w = images.shape
+        if images.shape != signature.shape:
+            canvas = np.zeros(signature.shape, np.float32)
+            canvas[:n] = LETTERBOX_GREY
+            canvas[:n, :, :h, :w] = images
+            images = canvas
+        # the runner's outputs are copies of its own (writable, unshared): no second one
+        out = signature.runner(**{signature.input_name: images})[signature.output_name]
+        return rows_of(torch.from_numpy(out), self.channels)[:n]
+
+    def _rows(self, run_hw: tuple[int, int], hw: tuple[int, int], rows: int) -> torch.Tensor:
+        """Indices of the rows of a run_hw input's predictions whose cells lie over the hw top-left part of it, in
+        order: every level's cells row-major, after each anchor's (the rows of an hw input)."""
+        key = (*run_hw, *hw)
+        if key not in self.row_indices:
+            strides = [int(s) for s in self.stride.tolist()]
+            cells = sum((run_hw[0] // s) * (run_hw[1] // s) for s in strides)
+            anchors, indices, start = rows // cells, [], 0
+            for s in strides:
+                grid = torch.arange(anchors * (run_hw[0] // s) * (run_hw[1] // s)).view(anchors, run_hw[0] // s, -1)
+                indices.append(grid[:, : hw[0] // s, : hw[1] // s].reshape(-1) + start)
+                start += grid.numel()
+            self.row_indices[key] = torch.cat(indices)
+        return self.row_indices[key]
+
+
+@dataclass(order=True)
+class _Signature:
+    """One input shape of a LiteRT export, ordered by its area."""
+
+    area: int
+    shape: tuple[int, int, int, int]
+    runner: object = field(compare=False)
+    input_name: str = field(compare=False)
+    output_name: str = field(compare=False)

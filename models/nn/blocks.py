@@ -157,7 +157,9 @@ class Attention(nn.Module):
         per_head = (self.key_dim, self.key_dim, self.head_dim)
         # reshape, not view: under channels-last the convolution output is not contiguous in this order
         q, k, v = self.qkv(x).reshape(b, self.num_heads, sum(per_head), h * w).split(per_head, 2)
-        weights = ((q.transpose(-2, -1) @ k) * self.scale).softmax(-1)  # (b, heads, pixels, pixels)
+        # q scaled (key_dim x pixels) rather than the (pixels x pixels) product: pixels / key_dim times fewer
+        # multiplications (12.5x on YOLO11's 20x20 map at 640), and Ultralytics' order of rounding
+        weights = ((q * self.scale).transpose(-2, -1) @ k).softmax(-1)  # (b, heads, pixels, pixels)
         out = (v @ weights.transpose(-2, -1)).reshape(b, c, h, w) + self.pe(v.reshape(b, c, h, w))
         return self.proj(out)
 

@@ -1,6 +1,7 @@
 """LiteRT exports of anchor-free models (models/export/litert_format.py): predictions come out as (B, C, N), the layout
 the head computes in, with the metadata saying so, and the backend's rows equal the .pt's. Slow (one litert-torch
-conversion); skipped, with the reason, without litert-torch and ai-edge-litert (requirements-edge.txt) or ../shared."""
+conversion, --static: one signature); skipped, with the reason, without litert-torch and ai-edge-litert
+(requirements-edge.txt) or ../shared."""
 
 import shutil
 
@@ -22,9 +23,10 @@ def test_anchor_free_export_puts_out_channels_and_gives_the_pt_rows(tmp_path, sh
     needs("litert_torch", "ai_edge_litert")
     weights = tmp_path / "yolov8n_random.pt"
     shutil.copy(shared / "reference/ultralytics/yolov8n_random.pt", weights)
-    [result] = export(weights, ["litert"], ExportOptions(imgsz=(SIZE, SIZE)), torch.device("cpu"))
+    [result] = export(weights, ["litert"], ExportOptions(imgsz=(SIZE, SIZE), dynamic=False), torch.device("cpu"))
     assert litert_metadata(result.path)["output_layout"] == "channels"
     backend = load_backend(result.path)
+    assert len(backend.signatures) == 1 and backend.fixed_shape == (SIZE, SIZE)
     assert tuple(backend.interpreter.get_output_details()[0]["shape"]) == (1, 85, 336)
     model = load_model(weights, torch.device("cpu"))
     set_end2end(model, False)
