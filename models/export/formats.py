@@ -136,7 +136,6 @@ FORMATS = {
             writer="models.export.litert_format:export_litert",
             metadata="models.export.litert_format:litert_metadata",
             backend="models.export.litert_format:LiteRTBackend",
-            static=True,
             converts_half=True,
         ),
         ExportFormat(
