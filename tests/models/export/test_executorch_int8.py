@@ -14,7 +14,8 @@ from models.export.executorch_format import (
     ExecuTorchBackend,
     _float_keeping,
     _float_node_names,
-    _min_max_config,
+    _mean_percentiles,
+    _percentile_config,
     export_executorch,
 )
 from models.export.exporter import ExportOptions, prepare
@@ -57,12 +58,27 @@ def test_the_quantizer_leaves_the_float_nodes_unannotated():
     graph = torch.export.export(_Chain().eval(), (torch.rand(1, 3, 16, 16),)).module()
     kept = _float_node_names(graph)
     quantizer = _float_keeping(xnnpack_quantizer.XNNPACKQuantizer, kept)().set_global(
-        _min_max_config(xnnpack_quantizer)
+        _percentile_config(xnnpack_quantizer)
     )
     annotated = quantizer.annotate(quantizer.transform_for_annotation(graph))
     marked = {n.name for n in annotated.graph.nodes if "quantization_annotation" in n.meta}
     middle = [n.name for n in annotated.graph.nodes if n.target == torch.ops.aten.conv2d.default][1]
     assert middle in marked and not marked & kept
+
+
+def test_activation_ranges_are_the_mean_of_each_images_percentiles():
+    needs("torchao")
+    from torchao.quantization.pt2e import MinMaxObserver
+
+    observer = _mean_percentiles(MinMaxObserver)()
+    ramp = torch.linspace(-1, 1, 100_001)
+    outlier = ramp.clone()
+    outlier[0] = -50  # one value of 100,001: below the 0.01% left out, so it does not stretch the range
+    observer(ramp * 2)
+    observer(outlier)
+    assert observer.min_val.item() == pytest.approx(-1.4997, abs=1e-3) and observer.max_val.item() == pytest.approx(
+        1.4997, abs=1e-3
+    )  # the mean of [-2, 2] and [-1, 1] less their tails, whatever the lone -50
 
 
 @pytest.mark.slow
