@@ -39,6 +39,8 @@ class Backend(nn.Module):
     Subclasses implement run(x)."""
 
     kind = "backend"
+    # A dynamic export that runs a batch one image at a time (OpenVINO INT8: see OpenVinoBackend); None runs it whole
+    images_per_run: int | None = None
     last_line = False  # whether the runtime's exception text has its cause on its last line (OpenVINO)
 
     def __init__(self, path: Path, meta: dict, device: torch.device):
@@ -75,6 +77,11 @@ class Backend(nn.Module):
         segment export's second output is its prototypes)."""
         raise NotImplementedError
 
+    def run_shared(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """run(x), whose outputs may be views of the runtime's own buffers, valid until its next run (a runtime that
+        can, OpenVINO, saves a copy per run where the caller copies them anyway: Backend._chunked)."""
+        return self.run(x)
+
     def outputs(self, arrays: list) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """A runtime's output arrays as run() returns them: the predictions, and a segment export's prototypes."""
         kept = arrays[: 2 if self.task.masks else 1]
@@ -97,13 +104,13 @@ class Backend(nn.Module):
             raise BackendError(f"{self.path} is not a YOLO export: it returned {tuple(pred.shape)}, expected {shape}")
         return pred.to(x.device).float(), None if protos is None else protos.to(x.device).float()
 
-    def checked_run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(predictions, prototypes or None) of run(x) as float32 on x's device (_split); a runtime's failure (a
-        graph that does not take this input or gives other outputs, or one that does not fit its metadata:
-        output_checks) as one BackendError line naming the export; out of memory (each runtime says it its own way)
-        is left to the caller."""
+    def checked_run(self, x: torch.Tensor, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(predictions, prototypes or None) of run(x) (shared: run_shared(x)) as float32 on x's device (_split); a
+        runtime's failure (a graph that does not take this input or gives other outputs, or one that does not fit its
+        metadata: output_checks) as one BackendError line naming the export; out of memory (each runtime says it its
+        own way) is left to the caller."""
         try:
-            out = self.run(x)
+            out = self.run_shared(x) if shared else self.run(x)
         except Exception as e:  # torch.jit.Error, onnxruntime's and OpenVINO's types are not RuntimeErrors
             if is_out_of_memory(e):
                 raise
@@ -147,34 +154,55 @@ class Backend(nn.Module):
             )
         top, left = (run_h - h) // 2, (run_w - w) // 2
         if (run_h, run_w) != (h, w):  # centred in letterbox grey, as a larger letterbox would have put the image
-            canvas = x.new_full((*x.shape[:2], run_h, run_w), LETTERBOX_GREY)
-            canvas[..., top : top + h, left : left + w] = x
-            x = canvas
-        out, protos = self._fixed_batches(x) if self.batch else self.checked_run(x)
+            x = _centred(x, (run_h, run_w), (top, left))
+        chunk = self.batch or self.images_per_run
+        out, protos = self._chunked(x, chunk) if chunk and (self.batch or x.shape[0] > chunk) else self.checked_run(x)
         if top or left:  # boxes back in the coordinates of the input as given
-            out[..., 0] -= left
-            out[..., 1] -= top
-            if self.family.end2end:  # (x1, y1, x2, y2) rows; raw rows are (cx, cy, w, h)
-                out[..., 2] -= left
-                out[..., 3] -= top
+            # (x1, y1, x2, y2) rows of an end-to-end export; raw rows are (cx, cy, w, h)
+            shift = [left, top, left, top] if self.family.end2end else [left, top]
+            if out.device.type == "cpu":  # in NumPy: see _centred
+                out.numpy()[..., : len(shift)] -= np.array(shift, np.float32)
+            else:
+                out[..., : len(shift)] -= out.new_tensor(shift)
         if protos is None:
             return out, None
         protos = _cropped_protos(protos, (top, left), (h, w), (run_h, run_w))
         width = self.output_width
         return MaskOutputs(out[..., :width], None, out[..., width:], protos)
 
-    def _fixed_batches(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A fixed-batch export's outputs for any number of images: larger inputs split, the last chunk
-        zero-padded."""
-        outputs, prototypes = [], []
-        for chunk in x.split(self.batch):
+    def _chunked(self, x: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The outputs of any number of images run `size` at a time: larger inputs split; for a fixed-batch export
+        the last chunk zero-padded to its batch. Each run's outputs are copied into the batch's own tensors (no
+        concatenation): a runtime may hand out its buffers, which its next run reuses."""
+        out = protos = None
+        for start in range(0, x.shape[0], size):
+            chunk = x[start : start + size]
             n = chunk.shape[0]
-            if n < self.batch:
+            if self.batch and n < self.batch:
                 chunk = torch.cat([chunk, chunk.new_zeros((self.batch - n, *chunk.shape[1:]))])
-            out, protos = self.checked_run(chunk)
-            outputs.append(out[:n])
-            prototypes.append(None if protos is None else protos[:n])
-        return torch.cat(outputs), None if prototypes[0] is None else torch.cat(prototypes)
+            pred, proto = self.checked_run(chunk, shared=True)
+            if out is None:
+                out = pred.new_empty((x.shape[0], *pred.shape[1:]))
+                protos = None if proto is None else proto.new_empty((x.shape[0], *proto.shape[1:]))
+            out[start : start + n] = pred[:n]
+            if protos is not None:
+                protos[start : start + n] = proto[:n]
+        return out, protos
+
+
+def _centred(x: torch.Tensor, run_hw: tuple[int, int], top_left: tuple[int, int]) -> torch.Tensor:
+    """x centred at top_left in a run_hw canvas of letterbox grey; built in NumPy on the CPU: a torch op there wakes
+    torch's OpenMP threads, which then spin beside the runtime's own threads (utils/infer/predict.py prepares the
+    inputs of such runtimes in NumPy for the same reason)."""
+    (top, left), (h, w) = top_left, x.shape[2:]
+    if x.device.type != "cpu":
+        canvas = x.new_full((*x.shape[:2], *run_hw), LETTERBOX_GREY)
+        canvas[..., top : top + h, left : left + w] = x
+        return canvas
+    array = x.numpy()
+    canvas = np.full((*x.shape[:2], *run_hw), LETTERBOX_GREY, array.dtype)
+    canvas[..., top : top + h, left : left + w] = array
+    return torch.from_numpy(canvas)
 
 
 def _cropped_protos(protos: torch.Tensor, top_left, hw, run_hw) -> torch.Tensor:

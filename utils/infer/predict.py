@@ -310,7 +310,7 @@ class Predictor:
     def preprocess(self, im: np.ndarray) -> torch.Tensor:
         """CHW RGB uint8 array -> (1, 3, H, W) tensor in [0, 1] on the device, in the model's precision and layout."""
         if self.numpy_input:
-            return torch.from_numpy(im[None].astype(np.float32) / 255)
+            return torch.from_numpy(np.divide(im[None], 255, dtype=np.float32))  # one pass, no uint8->float copy
         x = torch.from_numpy(im).to(self.device)
         x = (x.half() if self.precision.half else x.float()) / 255
         x = x[None]

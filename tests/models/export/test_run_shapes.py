@@ -94,3 +94,28 @@ def test_static_export_takes_any_smaller_input_and_refuses_a_larger_one(yolov5n,
     torch.testing.assert_close(got[:, :4] + torch.tensor([0.0, 128, 0, 128]), expected[:, :4], atol=0.5, rtol=0)
     with pytest.raises(BackendError, match="static 640x640 export but got a 672x640 input"):
         backend(torch.zeros(1, 3, 672, 640))
+
+
+class SharedBufferRuntime(TorchRuntime):
+    """As OpenVINO's run_shared: each run's predictions in one buffer of the runtime's own, which its next run
+    overwrites."""
+
+    def run_shared(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.run(x)
+        if getattr(self, "buffer", None) is None or self.buffer.shape != out.shape:
+            self.buffer = torch.empty_like(out)
+        self.buffer.copy_(out)
+        return self.buffer
+
+
+def test_a_batch_run_one_image_at_a_time_gives_each_image_its_own_predictions(yolov5n, shared):
+    x = torch.cat([_letterboxed(shared, name, (384, 640), auto=False) for name in ("zidane.jpg", "bus.jpg")])
+    whole = TorchRuntime(yolov5n, dynamic=True, precision="int8", imgsz=640)
+    split = SharedBufferRuntime(yolov5n, dynamic=True, precision="int8", imgsz=640)
+    split.images_per_run = 1  # as OpenVINO's dynamic INT8 exports run test.py's batches
+    with torch.no_grad():
+        expected, got = whole(x)[0], split(x)[0]
+    assert whole.shapes == [(2, 3, 384, 640)] and split.shapes == [(1, 3, 384, 640)] * 2
+    assert got.data_ptr() != split.buffer.data_ptr()  # copied out of the runtime's buffer before its next run
+    torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-4)
+    assert not torch.equal(got[0], got[1])
