@@ -59,6 +59,14 @@ def signature_shapes(job) -> list[tuple[int, int]]:
     return sorted(shapes, key=lambda shape: (shape[0] * shape[1], shape))
 
 
+def shape_metadata(job, shapes: list[tuple[int, int]]) -> dict:
+    """The export's shape keys: imgsz is --img-size (the size detect.py and test.py then default to), not the
+    smallest signature: at 640 that is 448x672, and test.py at 672 made batches wider than any signature."""
+    h, w = job.sample.shape[2:]
+    dynamic = len(shapes) > 1
+    return {"dynamic": dynamic, "batch": job.sample.shape[0], "imgsz": [h, w], "precision": job.options.precision}
+
+
 def _signature_name(shape: tuple[int, int]) -> str:
     return f"input_{shape[0]}x{shape[1]}"
 
@@ -97,13 +105,12 @@ def export_litert(job, path: Path) -> Path:
         raise ExportError(f"litert-torch could not convert the model to LiteRT: {error_line(e)}") from None
     if job.options.half:
         _cast_weights_to_fp16(path)
-    (h, w), batch, dynamic = shapes[0], job.sample.shape[0], len(shapes) > 1
-    shape = {"dynamic": dynamic, "batch": batch, "imgsz": [h, w], "precision": job.options.precision}
+    shape = shape_metadata(job, shapes)
     with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(METADATA_MEMBER, json.dumps({**job.metadata, **layout, **shape}))
     sizes = ", ".join(f"{sh}x{sw}" for sh, sw in shapes)
-    held = "smaller inputs padded at the top left" if dynamic else "static: smaller inputs padded, centred"
-    LOGGER.info(f"LiteRT: batch {batch}, input shapes {sizes} (one signature each; {held})")
+    held = "smaller inputs padded at the top left" if shape["dynamic"] else "static: smaller inputs padded, centred"
+    LOGGER.info(f"LiteRT: batch {shape['batch']}, input shapes {sizes} (one signature each; {held})")
     return path
 
 
