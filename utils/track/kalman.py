@@ -109,8 +109,23 @@ def warp(mean: np.ndarray, covariance: np.ndarray, affine: np.ndarray) -> tuple[
     box: a size never changes sign), its translation on the position."""
     if not len(mean):
         return mean, covariance
-    linear = np.kron(np.eye(4), affine[:, :2])  # (8, 8)
+    linear = _affine_on_state(affine)
+    return _moved_mean(mean, linear, affine), linear @ covariance @ linear.T
+
+
+def warp_mean(mean: np.ndarray, affine: np.ndarray) -> np.ndarray:
+    """warp's mean alone: the (n, 8) states moved by the affine, with no covariance to carry."""
+    return _moved_mean(mean, _affine_on_state(affine), affine) if len(mean) else mean
+
+
+def _affine_on_state(affine: np.ndarray) -> np.ndarray:
+    """The (8, 8) linear part of a 2x3 affine on a (cx, cy, w, h, and their velocities) state."""
+    linear = np.kron(np.eye(4), affine[:, :2])
     linear[2:4, 2:4] = linear[6:8, 6:8] = np.abs(affine[:, :2])
+    return linear
+
+
+def _moved_mean(mean: np.ndarray, linear: np.ndarray, affine: np.ndarray) -> np.ndarray:
     new_mean = mean @ linear.T
     new_mean[:, :2] += affine[:, 2]
-    return new_mean, linear @ covariance @ linear.T
+    return new_mean

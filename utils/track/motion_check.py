@@ -34,7 +34,7 @@ def checked_affine(affine: np.ndarray, mean: np.ndarray, dets: np.ndarray) -> np
     detections there is no evidence against it."""
     if not len(mean) or not len(dets):
         return affine
-    warped, _ = kalman.warp(mean, np.zeros((len(mean), 8, 8)), affine)
+    warped = kalman.warp_mean(mean, affine)
     dets = np.asarray(dets, np.float64)[:, :4]
     gain = _best_overlaps(_predicted_boxes(warped), dets) - _best_overlaps(_predicted_boxes(mean), dets)
     if gain >= MARGIN * len(mean):
