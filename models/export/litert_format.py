@@ -165,8 +165,7 @@ class LiteRTBackend(Backend):
 
     def __init__(self, path: Path, device: torch.device, bf16: bool = False):  # bf16: runs as exported
         raw = litert_metadata(path)
-        meta = parse_metadata(raw, path)
-        super().__init__(path, meta, device)
+        super().__init__(path, parse_metadata(raw, path), device)
         self.channels = channel_layout(raw)
         with open(path, "rb") as f:
             if f.read(8)[4:] != FLATBUFFER_ID:
