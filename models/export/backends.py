@@ -11,6 +11,7 @@ precision they were exported in; ONNX Runtime and OpenVINO use torch's thread co
 import importlib
 import importlib.util
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -145,16 +146,27 @@ class OpenVinoBackend(Backend):
         # its busy core (yolov5n INT8 at load 15 on 2 cores, median of 6-8 alternating passes: 0.90x the pinned
         # time for one image, 0.92x for a batch of 16)
         config["ENABLE_CPU_PINNING"] = False
+        if self.images_per_run == 1 and torch.get_num_threads() > 1:
+            # images run side by side, one thread each (OpenVINO's streams), rather than each on all threads, whose
+            # waits for one another cost a quarter of the CPU on 2 threads (yolov5n: 45 ms/image on 1, 30 on 2);
+            # test.py's batches and detect.py's images, started one ahead, keep both streams busy. yolov5n INT8 on
+            # COCO128, 2 threads, 3 alternating rounds at load 2-4.5: detect.py 11-12 against 12.5-14 CPU s, test.py
+            # 19-27 against 25-36 CPU s. One image alone runs on one thread: single images wait longer.
+            self.parallel_runs = config["NUM_STREAMS"] = torch.get_num_threads()
         self.compiled = _openvino_call(
             core.compile_model, xmls[0], "could not be compiled", model, "CPU", self.cached(config)
         )
+        self.requests = threading.local()  # one infer request per thread: parallel runs each need their own
 
     def run(self, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
         array = x.detach().cpu().numpy().astype(np.float32, copy=False)
+        request = getattr(self.requests, "request", None)
+        if request is None:
+            request = self.requests.request = self.compiled.create_infer_request()
         # the predictions (and a segment model's prototypes); share_inputs: OpenVINO reads the array in place
         # instead of copying it into its own tensor first; share_outputs: its output tensors as they are, valid until
-        # the next run
-        return self.outputs(self.compiled([array], share_inputs=True, share_outputs=shared).to_tuple())
+        # the thread's next run
+        return self.outputs(request.infer([array], share_inputs=True, share_outputs=shared).to_tuple())
 
     def run_shared(self, x: torch.Tensor) -> torch.Tensor:
         """run(x) on OpenVINO's own output buffers: test.py's batches of 16, run one image at a time and each copied

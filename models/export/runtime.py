@@ -3,6 +3,8 @@ and importing the optional runtime packages with a one-line error when they are 
 
 import importlib
 import importlib.util
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,8 @@ class Backend(nn.Module):
     kind = "backend"
     # A dynamic export that runs a batch one image at a time (OpenVINO INT8: see OpenVinoBackend); None runs it whole
     images_per_run: int | None = None
+    # Inputs the runtime runs side by side (OpenVINO's streams): a batch's runs, and start()ed inputs, share them out
+    parallel_runs = 1
     last_line = False  # whether the runtime's exception text has its cause on its last line (OpenVINO)
 
     def __init__(self, path: Path, meta: dict, device: torch.device):
@@ -71,6 +75,8 @@ class Backend(nn.Module):
         # An empty parameter tells code that asks next(model.parameters()) the device and the float32 input dtype.
         self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
         self.checked_shapes: set[tuple[int, ...]] = set()  # input shapes whose output fitted the metadata
+        self.started: dict[int, tuple] = {}  # id(input) -> (input, its future) of start()
+        self.pool: ThreadPoolExecutor | None = None  # parallel_runs threads, made on first use
 
     def run(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Raw predictions of one batch the export accepts; a graph with several outputs may give them all (a
@@ -144,7 +150,32 @@ class Backend(nn.Module):
         step = self.shape_step if images == 1 else None
         return (-(-height // step) * step, -(-width // step) * step) if step else (height, width)
 
+    def start(self, x: torch.Tensor) -> None:
+        """Begin forward(x) in the background where the runtime runs several inputs at once (parallel_runs > 1): the
+        Predictor starts its next image before it collects the current one, so that the two run side by side;
+        forward(x), on this same tensor, then collects it. Elsewhere nothing: forward(x) runs it."""
+        if self.parallel_runs > 1:
+            self.started[id(x)] = (x, self._parallel(self._forward, [x], wait=False)[0])
+
+    def _parallel(self, function, items: list, wait: bool = True) -> list:
+        """function(item) for each item on the runtime's parallel_runs threads (their results, or unless wait their
+        futures), each in the caller's inference mode (thread-local in torch), as if the caller had run it."""
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.parallel_runs, thread_name_prefix="backend")
+        inference = torch.is_inference_mode_enabled()
+
+        def call(item):
+            with torch.inference_mode(inference):
+                return function(item)
+
+        futures = [self.pool.submit(call, item) for item in items]
+        return [f.result() for f in futures] if wait else futures
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None] | MaskOutputs:
+        started = self.started.pop(id(x), None)
+        return started[1].result() if started else self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None] | MaskOutputs:
         h, w = x.shape[2:]
         run_h, run_w = self.run_shape(x.shape[0], h, w)
         if h > run_h or w > run_w:
@@ -171,23 +202,33 @@ class Backend(nn.Module):
         return MaskOutputs(out[..., :width], None, out[..., width:], protos)
 
     def _chunked(self, x: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The outputs of any number of images run `size` at a time: larger inputs split; for a fixed-batch export
-        the last chunk zero-padded to its batch. Each run's outputs are copied into the batch's own tensors (no
-        concatenation): a runtime may hand out its buffers, which its next run reuses."""
-        out = protos = None
-        for start in range(0, x.shape[0], size):
+        """The outputs of any number of images run `size` at a time (side by side where the runtime runs several
+        inputs at once): larger inputs split; for a fixed-batch export the last chunk zero-padded to its batch. Each
+        run's outputs are copied into the batch's own tensors (no concatenation), in the thread that ran it: a
+        runtime may hand out its buffers, which that thread's next run reuses."""
+        made, lock = [], threading.Lock()  # the batch's (predictions, prototypes), shaped as the first run's
+
+        def run(start: int) -> None:
             chunk = x[start : start + size]
             n = chunk.shape[0]
             if self.batch and n < self.batch:
                 chunk = torch.cat([chunk, chunk.new_zeros((self.batch - n, *chunk.shape[1:]))])
             pred, proto = self.checked_run(chunk, shared=True)
-            if out is None:
-                out = pred.new_empty((x.shape[0], *pred.shape[1:]))
-                protos = None if proto is None else proto.new_empty((x.shape[0], *proto.shape[1:]))
-            out[start : start + n] = pred[:n]
-            if protos is not None:
-                protos[start : start + n] = proto[:n]
-        return out, protos
+            with lock:
+                if not made:
+                    protos = None if proto is None else proto.new_empty((x.shape[0], *proto.shape[1:]))
+                    made.extend([pred.new_empty((x.shape[0], *pred.shape[1:])), protos])
+            made[0][start : start + n] = pred[:n]
+            if made[1] is not None:
+                made[1][start : start + n] = proto[:n]
+
+        starts = list(range(0, x.shape[0], size))
+        if self.parallel_runs > 1 and len(starts) > 1:
+            self._parallel(run, starts)
+        else:
+            for start in starts:
+                run(start)
+        return made[0], made[1]
 
 
 def _centred(x: torch.Tensor, run_hw: tuple[int, int], top_left: tuple[int, int]) -> torch.Tensor:

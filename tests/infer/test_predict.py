@@ -92,6 +92,40 @@ def test_predictor_runs_any_backend_and_counts_video_frames(tmp_path):
     assert boxes.tolist() == [[24.0, 18.0, 40.0, 30.0, pytest.approx(0.72), 1.0]]  # 0.9 * 0.8, original pixels
 
 
+class _SideBySideBackend(_OneBoxBackend):
+    """_OneBoxBackend as a runtime that runs two inputs at once (parallel_runs): records what it started and ran."""
+
+    parallel_runs = 2
+
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def start(self, x):
+        self.events.append(("start", id(x), tuple(x.shape)))
+
+    def forward(self, x):
+        self.events.append(("run", id(x), tuple(x.shape)))
+        return super().forward(x)
+
+
+def test_a_backend_that_runs_inputs_side_by_side_gets_the_next_image_started_first(tmp_path):
+    for name, (h, w) in {"a.jpg": (48, 64), "b.jpg": (64, 48), "c.jpg": (40, 64)}.items():
+        cv2.imwrite(str(tmp_path / name), np.full((h, w, 3), 90, np.uint8))
+    options = PredictOptions(img_size=64, conf_thres=0.5)
+    expected = [p.result for p in Predictor(_OneBoxBackend(), CPU, options).stream(tmp_path, verbose=False)]
+    backend = _SideBySideBackend()
+    predictor = Predictor(backend, CPU, options)
+    got = [p.result for p in predictor.stream(tmp_path, verbose=False)]
+    assert [(r.path, r.frame, r.boxes.tolist()) for r in got] == [(r.path, r.frame, r.boxes.tolist()) for r in expected]
+    kinds = [kind for kind, _, _ in backend.events]
+    assert kinds == ["run", "start", "start", "run", "start", "run", "run"]  # warm-up, then one image ahead
+    started = [(i, shape) for kind, i, shape in backend.events if kind == "start"]
+    assert [(i, shape) for kind, i, shape in backend.events[1:] if kind == "run"] == started  # the tensors started
+    assert [shape[2:] for _, shape in started] == [(48, 64), (64, 48), (48, 64)]  # a, b, c in order
+    assert predictor.count == 3 and predictor.started == {}
+
+
 def test_check_options_names_the_flag():
     check_options(imgsz=[640, 480], conf_thres=0.0, iou_thres=1, max_det=5, classes=[0, 3], line_thickness=2)
     for options, words in (

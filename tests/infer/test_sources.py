@@ -9,7 +9,15 @@ import pytest
 
 from utils.downloads import attempt_download_weights, is_url, safe_download, url_filename
 from utils.errors import DownloadError, SourceError
-from utils.infer.sources import LoadImages, LoadStreams, check_source, is_stream, load_sources, prepare
+from utils.infer.sources import (
+    LoadImages,
+    LoadStreams,
+    check_source,
+    is_stream,
+    load_sources,
+    prepare,
+    read_ahead,
+)
 
 
 def _photo(h: int = 100, w: int = 200, seed: int = 0) -> np.ndarray:
@@ -137,6 +145,34 @@ def test_load_streams_reads_a_capture_until_it_ends(tmp_path):
     assert 1 <= len(items) <= 5  # the reader keeps only the newest frame, so some may be dropped
     path, im, im0, cap, log = items[0]
     assert path == str(video) and im.shape == (3, 64, 64) and im0.shape == (48, 64, 3)
+
+
+def test_read_ahead_starts_each_image_before_the_previous_is_handed_out(tmp_path):
+    _write(tmp_path / "a.jpg", _photo(seed=1))
+    _write(tmp_path / "b.jpg", _photo(seed=2))
+    _write_video(tmp_path / "c_clip", frames=2)
+    plain = [(item[0], video, index) for item, video, index in read_ahead(LoadImages(tmp_path, 64))]
+    assert [(Path(p).name, video, index) for p, video, index in plain] == [
+        ("a.jpg", False, 0),
+        ("b.jpg", False, 1),
+        ("c_clip.mp4", True, 2),
+        ("c_clip.mp4", True, 2),
+    ]  # the video flag and input index as read, though the loader has moved on when an item is handed out
+    events = []
+    for item, video, index in read_ahead(LoadImages(tmp_path, 64), lambda im: events.append(("start", im))):
+        events.append(("out", item[1]))
+        assert (item[0], video, index) == plain[len([e for e in events if e[0] == "out"]) - 1]
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["start", "start", "out", "start", "out", "start", "out", "out"]  # one image ahead
+    starts, outs = [im for kind, im in events if kind == "start"], [im for kind, im in events if kind == "out"]
+    assert all(a is b for a, b in zip(starts, outs))  # the images started are the ones handed out, in order
+
+
+def test_a_live_stream_is_never_read_ahead(tmp_path):
+    video = _write_video(tmp_path / "live", frames=3)
+    started = []
+    items = list(read_ahead(LoadStreams(str(video), img_size=64, stride=32, timeout=10), started.append))
+    assert items and started == [] and all(video and index == 0 for _, video, index in items)
 
 
 def test_unopenable_stream_is_one_line_error():

@@ -21,7 +21,7 @@ from utils.cli import float_in, int_in
 from utils.data.augment import check_img_size
 from utils.errors import DetectError
 from utils.infer.masks import InstanceMasks, instance_masks
-from utils.infer.sources import Source, load_sources
+from utils.infer.sources import Source, load_sources, read_ahead
 from utils.infer.track_inputs import FrameExtras, TrackerFeed, track_with_masks
 from utils.log import LOGGER, speed_line
 from utils.torch_utils import time_sync
@@ -205,8 +205,7 @@ def shapes_text(shapes: list[tuple[int, ...]]) -> str:
 
 def recorded_size(model, stride: int) -> tuple[int | None, str]:
     """The size a model was trained at (model.imgsz; None when its weights do not say) rounded up to a multiple of
-    stride, as inference and validation will use it, and the words that say where it came from (and that it was
-    rounded: a size recorded as 100 runs at 128, and is logged so)."""
+    stride, as inference and validation use it, and the words that say where it came from (a size 100 runs at 128)."""
     recorded = getattr(model, "imgsz", None)
     if not recorded:
         return None, "the default"
@@ -282,6 +281,7 @@ class Predictor:
         self.skipped: list[str] = []  # inputs of the last stream that could not be read
         self.feed: TrackerFeed | None = None  # what a tracker asks for besides the boxes (serve)
         self.extras: FrameExtras | None = None  # the last image's, when serving a tracker
+        self.started: dict[int, tuple] = {}  # id(image) -> (image, its input tensor) of start()
 
     def serve(self, needs) -> None:
         """From now on compute, as self.extras, what a tracker needs besides the boxes (a TrackerNeeds or None)."""
@@ -343,7 +343,8 @@ class Predictor:
         """(input tensor, detections, prototypes or None, [pre-process, inference, NMS] seconds) for one
         letterboxed image; serving a tracker, each detection row ends with its prediction row's index."""
         t0 = time_sync(self.device)
-        x = self.preprocess(im)
+        started = self.started.pop(id(im), None)
+        x = started[1] if started and started[0] is im else self.preprocess(im)
         t1 = time_sync(self.device)
         pred, protos = self._raw(x)
         t2 = time_sync(self.device)
@@ -357,6 +358,14 @@ class Predictor:
         costs (kernel selection, first allocations, grid caches) so that they are not counted in any image's time."""
         with torch.inference_mode(), self.precision.autocast:
             self.nms(self.model(self.preprocess(np.zeros_like(im)))[0].float())
+        self.warmed = True
+
+    def start(self, im: np.ndarray) -> None:
+        """Start the model on a letterboxed image ahead of its predict_masks() (utils.infer.sources.read_ahead, for a
+        runtime that runs several inputs at once), whose inference time is then the time it still waits for it."""
+        self.warmed or self.warm_up(im)
+        self.started[id(im)] = (im, self.preprocess(im))
+        self.model.start(self.started[id(im)][1])
 
     def predict(self, im: np.ndarray, original: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], tuple]:
         """(boxes (n, 6) in original pixels, input shape, times) for one letterboxed image; counted in the totals."""
@@ -391,20 +400,16 @@ class Predictor:
         vid_stride = self.options.vid_stride
         loader = load_sources(source, self.img_size, self.stride, auto=self.auto, vid_stride=vid_stride, frames=frames)
         self.skipped = loader.skipped if hasattr(loader, "skipped") else []  # filled as the loader goes
-        last_input, frame, first = None, 0, True
-        for path, im, original, capture, log in loader:
-            if first:
-                self.warm_up(im)
-                first = False
-            video = loader.mode != "image"
-            index = getattr(loader, "index", 0)
+        last_input, frame, self.warmed = None, 0, False  # warmed: whether this stream's warm-up pass ran
+        start = self.start if getattr(self.model, "parallel_runs", 1) > 1 and not self.feed else None
+        for (path, im, original, capture, log), video, index in read_ahead(loader, start):
+            self.warmed or self.warm_up(im)
             frame = frame + 1 if video and index == last_input else int(video)  # images are frame 0
             last_input = index
             boxes, masks, input_shape, times = self.predict_masks(im, original)
             if verbose:
-                h, w = input_shape[2:]
                 text = detections_text(boxes, self.names)
-                LOGGER.info("%s%dx%d %s%.1fms", log, h, w, text, times[1] * 1e3)
+                LOGGER.info("%s%dx%d %s%.1fms", log, *input_shape[2:], text, times[1] * 1e3)
             result = ImageResult(path, frame, original.shape[:2], boxes, times[1] * 1e3, masks=masks)
             fps = getattr(loader, "fps", 30.0)
             yield Prediction(result, original, video, capture, fps, input_shape, times, self.extras)

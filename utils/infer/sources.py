@@ -410,3 +410,23 @@ def load_sources(
     if checked.stream:
         return LoadStreams(checked.text, img_size, stride, auto, vid_stride)
     return LoadImages(checked, img_size, stride, auto, vid_stride, frames)
+
+
+def read_ahead(loader: "LoadImages | LoadStreams", start=None) -> Iterator[tuple[Item, bool, int]]:
+    """Each item of loader with whether it is a video frame and the input's index in the loader, both taken as it is
+    read. Given start (a callable taking the letterboxed image), each item is started as it is read and handed out
+    once the next one has been read and started: a runtime that runs two inputs at once (OpenVINO's streams) then
+    runs them side by side while this thread decodes and writes. A live stream is never read ahead: its newest
+    frame is the one wanted, and a frame held back would lag."""
+    ahead, pending = start is not None and loader.mode != "stream", None
+    for item in loader:
+        read = (item, loader.mode != "image", getattr(loader, "index", 0))
+        if not ahead:
+            yield read
+            continue
+        start(item[1])
+        if pending is not None:
+            yield pending
+        pending = read
+    if pending is not None:
+        yield pending

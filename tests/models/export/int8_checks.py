@@ -206,6 +206,30 @@ def test_detect_runs_an_int8_export(int8_exports, shared, tmp_path, log):
     assert len(labels) > 0 and 0 in labels[:, 0]  # persons
 
 
+def test_openvino_int8_on_two_threads_runs_images_side_by_side_with_the_same_outputs(int8_exports, shared):
+    needs("openvino")
+    path, threads = int8_exports / "yolov5n_int8_openvino_model", torch.get_num_threads()
+    x = torch.cat([_bus(shared), _bus(shared).flip(-1), _bus(shared).flip(-2)])
+    try:
+        torch.set_num_threads(1)
+        one = load_backend(path)
+        torch.set_num_threads(2)
+        two = load_backend(path)
+    finally:
+        torch.set_num_threads(threads)
+    assert one.parallel_runs == 1 and two.parallel_runs == 2
+    assert two.compiled.get_property("NUM_STREAMS") == 2 and one.compiled.get_property("NUM_STREAMS") == 1
+    with torch.inference_mode():
+        expected = torch.cat([one(x[i : i + 1])[0] for i in range(3)])
+        batch = two(x)[0]  # test.py's batches: each image in a stream of its own
+        after = x[1:2]
+        two.start(after)  # detect.py's next image, started before this one is collected
+        ahead = two(x[:1])[0], two(after)[0]
+    assert two.started == {}
+    torch.testing.assert_close(batch, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(torch.cat(ahead), expected[:2], atol=1e-4, rtol=1e-4)
+
+
 # --- acceptance: COCO128 mAP at 640 within 0.01 of the float32 .pt (slow: calibration and validation at 640) ----
 
 

@@ -5,6 +5,7 @@ grey and give the boxes back in the input's own coordinates.
 The runtime here is the real yolov5n in PyTorch behind the Backend interface, so the padded run can be compared with
 the model on the larger letterbox itself."""
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +120,47 @@ def test_a_batch_run_one_image_at_a_time_gives_each_image_its_own_predictions(yo
     assert got.data_ptr() != split.buffer.data_ptr()  # copied out of the runtime's buffer before its next run
     torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-4)
     assert not torch.equal(got[0], got[1])
+
+
+class PerThreadBufferRuntime(TorchRuntime):
+    """As OpenVINO's run_shared with its streams: one buffer per thread (its infer request's), which that thread's
+    next run overwrites; records the threads it ran on."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.local, self.threads = threading.local(), set()
+
+    def run_shared(self, x: torch.Tensor) -> torch.Tensor:
+        self.threads.add(threading.current_thread().name)
+        out = self.run(x)
+        buffer = getattr(self.local, "buffer", None)
+        if buffer is None or buffer.shape != out.shape:
+            buffer = self.local.buffer = torch.empty_like(out)
+        return buffer.copy_(out)
+
+
+def test_a_batch_run_side_by_side_gives_each_image_its_own_predictions(yolov5n, shared):
+    names = ("zidane.jpg", "bus.jpg", "zidane.jpg", "bus.jpg", "bus.jpg")
+    x = torch.cat([_letterboxed(shared, name, (384, 640), auto=False) for name in names])
+    x[2:] = x[2:].flip(-1)  # five different images
+    whole = TorchRuntime(yolov5n, dynamic=True, precision="int8", imgsz=640)
+    split = PerThreadBufferRuntime(yolov5n, dynamic=True, precision="int8", imgsz=640)
+    split.images_per_run, split.parallel_runs = 1, 2  # as OpenVINO's dynamic INT8 exports on two threads
+    with torch.inference_mode():  # as test.py runs it: the batch's tensors are made in the caller's mode
+        expected, got = whole(x)[0], split(x)[0]
+    assert split.shapes == [(1, 3, 384, 640)] * 5 and all(t.startswith("backend") for t in split.threads)
+    torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-4)
+    assert len({tuple(g[:3, 4].tolist()) for g in got}) == 4  # the last two: the same flipped bus
+
+
+def test_an_input_started_ahead_is_collected_by_forward(yolov5n, shared):
+    x = _letterboxed(shared, "bus.jpg", 640, auto=True)
+    backend = TorchRuntime(yolov5n, dynamic=True, precision="int8", imgsz=640)
+    with torch.no_grad():
+        expected = backend(x)[0]
+        backend.parallel_runs = 2
+        backend.start(x)
+        assert list(backend.started) == [id(x)]
+        got = backend(x)[0]
+    assert backend.started == {} and len(backend.shapes) == 2  # run once when started, not again when collected
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
