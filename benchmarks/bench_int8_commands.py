@@ -1,7 +1,9 @@
 """Whole detect.py and test.py commands, a .pt against its INT8 export, side by side: rounds alternate which runs
 first, each round's load average is printed with its wall times, and the ratio is taken per round and of the medians.
-Each command's CPU seconds (its own and its data-loader workers') and the thread count it chose are printed too: on a
-shared CPU the wall time moves with the other jobs, the CPU time much less.
+Each command's CPU seconds (its own and its data-loader workers') and its thread count are printed too: on a shared
+CPU the wall time moves with the other jobs, the CPU time much less. Both sides of a round run on the same number of
+threads: the cores idle at the round's start, as each command would fit them for itself (`--own-threads`: each
+command fits its own, and on a busy CPU one side may take 1 thread and the other 2; `--threads N`: N throughout).
 
     python benchmarks/bench_int8_commands.py --pt yolov5n.pt --int8 yolov5n_int8_openvino_model --data coco128.yaml \
         --source ../datasets/coco128/images/train2017 --rounds 3
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_common import REPO
+
+from utils.torch_utils import idle_cpu_cores
 
 
 @dataclass
@@ -62,6 +66,10 @@ def rounds(args: argparse.Namespace, out: Path) -> dict[str, dict[str, list[floa
         for r in range(args.rounds):
             order = list(sides) if r % 2 == 0 else list(reversed(sides))
             load = os.getloadavg()[0]
+            if not args.threads and not args.own_threads:  # as utils.torch_utils.fit_threads_to_idle_cores
+                idle = idle_cpu_cores(1.0)
+                cores = os.cpu_count() or 1
+                os.environ["OMP_NUM_THREADS"] = str(cores if idle is None else max(1, min(cores, int(idle + 0.25))))
             for side in order:
                 times[cmd][side].append(timed_command(commands(sides[side], args, out)[cmd]))
             pt, int8 = times[cmd]["pt"][-1], times[cmd]["int8"][-1]
@@ -84,9 +92,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="test.py's")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commands", nargs="+", default=["detect", "test"], choices=["detect", "test"])
-    parser.add_argument("--threads", type=int, help="CPU threads of both sides (default: each command fits its own)")
+    parser.add_argument("--threads", type=int, help="CPU threads of both sides (default: the idle cores per round)")
+    parser.add_argument("--own-threads", action="store_true", help="each command fits its threads to the idle cores")
     args = parser.parse_args()
-    if args.threads:  # each command otherwise picks 1 or 2 threads from the idle cores it sees at its start
+    if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         times = rounds(args, Path(tmp))
