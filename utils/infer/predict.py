@@ -401,7 +401,8 @@ class Predictor:
         loader = load_sources(source, self.img_size, self.stride, auto=self.auto, vid_stride=vid_stride, frames=frames)
         self.skipped = loader.skipped if hasattr(loader, "skipped") else []  # filled as the loader goes
         last_input, frame, self.warmed = None, 0, False  # warmed: whether this stream's warm-up pass ran
-        start = self.start if getattr(self.model, "parallel_runs", 1) > 1 and not self.feed else None
+        tapping = self.feed is not None and self.feed.tapping  # the head tap reads the model within its own forward
+        start = self.start if getattr(self.model, "parallel_runs", 1) > 1 and not tapping else None
         for (path, im, original, capture, log), video, index in read_ahead(loader, start):
             self.warmed or self.warm_up(im)
             frame = frame + 1 if video and index == last_input else int(video)  # images are frame 0
