@@ -147,12 +147,13 @@ class OpenVinoBackend(Backend):
         # time for one image, 0.92x for a batch of 16)
         config["ENABLE_CPU_PINNING"] = False
         if self.images_per_run == 1 and torch.get_num_threads() > 1:
-            # images run side by side, one thread each (OpenVINO's streams), rather than each on all threads, whose
-            # waits for one another cost a quarter of the CPU on 2 threads (yolov5n: 45 ms/image on 1, 30 on 2);
-            # test.py's batches and detect.py's images, started one ahead, keep both streams busy. yolov5n INT8 on
-            # COCO128, 2 threads, 3 alternating rounds at load 2-4.5: detect.py 11-12 against 12.5-14 CPU s, test.py
-            # 19-27 against 25-36 CPU s. One image alone runs on one thread: single images wait longer.
-            self.parallel_runs = config["NUM_STREAMS"] = torch.get_num_threads()
+            # two images run side by side, each on half the threads (OpenVINO's streams), rather than each on all:
+            # the threads of one image wait for one another (yolov5n: 45 ms/image on 1 thread, 30 on 2, so a quarter
+            # of the 2-thread CPU is waiting); test.py's batches and detect.py's images, started one ahead
+            # (utils.infer.sources.read_ahead), keep both streams busy. Two, not one per thread: detect.py has two
+            # images in flight. yolov5n INT8 on COCO128, 2 threads, against one stream, alternating, load 5-7: detect.py
+            # 12.7 against 14.1 CPU s, test.py 19.3 against 26.2. One image alone runs on half the threads.
+            self.parallel_runs = config["NUM_STREAMS"] = 2
         self.compiled = _openvino_call(
             core.compile_model, xmls[0], "could not be compiled", model, "CPU", self.cached(config)
         )
