@@ -4,6 +4,8 @@ Each command's CPU seconds (its own and its data-loader workers') and its thread
 CPU the wall time moves with the other jobs, the CPU time much less. Both sides of a round run on the same number of
 threads: the cores idle at the round's start, as each command would fit them for itself (`--own-threads`: each
 command fits its own, and on a busy CPU one side may take 1 thread and the other 2; `--threads N`: N throughout).
+Each command runs once untimed with each weights first, so that every timed run finds its files in the page cache and
+an export its compiled model in OpenVINO's model cache (`--cold`: no such run; a new export's first run compiles).
 
     python benchmarks/bench_int8_commands.py --pt yolov5n.pt --int8 yolov5n_int8_openvino_model --data coco128.yaml \
         --source ../datasets/coco128/images/train2017 --rounds 3
@@ -70,6 +72,9 @@ def rounds(args: argparse.Namespace, out: Path) -> dict[str, dict[str, list[floa
                 idle = idle_cpu_cores(1.0)
                 cores = os.cpu_count() or 1
                 os.environ["OMP_NUM_THREADS"] = str(cores if idle is None else max(1, min(cores, int(idle + 0.25))))
+            if r == 0 and not args.cold:  # untimed, on round 1's threads: files in the page cache, the model cached
+                for side in sides.values():
+                    timed_command(commands(side, args, out)[cmd])
             for side in order:
                 times[cmd][side].append(timed_command(commands(sides[side], args, out)[cmd]))
             pt, int8 = times[cmd]["pt"][-1], times[cmd]["int8"][-1]
@@ -93,6 +98,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commands", nargs="+", default=["detect", "test"], choices=["detect", "test"])
     parser.add_argument("--threads", type=int, help="CPU threads of both sides (default: the idle cores per round)")
+    parser.add_argument("--cold", action="store_true", help="no untimed first run of each command and weights")
     parser.add_argument("--own-threads", action="store_true", help="each command fits its threads to the idle cores")
     args = parser.parse_args()
     if args.threads:
