@@ -72,18 +72,26 @@ def _signature_name(shape: tuple[int, int]) -> str:
 
 
 def _converted(litert_torch, job, shapes: list[tuple[int, int]]):
-    """litert-torch's model of job at each of shapes, one signature each."""
-    model, converter = job.model.float().eval(), litert_torch
+    """litert-torch's model of job at each of shapes, one signature each (--int8: quantized, litert_int8)."""
+    model, converter, config = job.model.float().eval(), litert_torch, None
     heads = [m for m in model.modules() if isinstance(getattr(m, "_grids", None), dict)]
-    for shape in shapes:
-        sample = torch.zeros(job.sample.shape[0], 3, *shape)
+    samples = [torch.zeros(job.sample.shape[0], 3, *shape) for shape in shapes]
+    for sample in samples:
         with torch.no_grad():  # fills the heads' grid caches at this shape: the graph holds them as constants,
             model(sample)  # not as BROADCAST_TO ops, which XNNPACK lacks and which split its partition
-        converter = converter.signature(_signature_name(shape), model, (sample,))
     for head in heads:  # anchor sizes (1, na, 1, 1, 2), broadcast by the multiplication, not one per cell and shape
         head._grids = {key: (grid, anchors[:, :, :1, :1].clone()) for key, (grid, anchors) in head._grids.items()}
     try:
-        return converter.convert()
+        graphs = [model] * len(shapes)
+        if job.options.int8:
+            from models.export.litert_int8 import Int8Signatures
+
+            int8 = Int8Signatures(model, job.sample.shape[0])
+            int8.calibrate(job.calibration, shapes[-1])
+            graphs, config = [int8.graph(shape) for shape in shapes], int8.config()
+        for shape, graph, sample in zip(shapes, graphs, samples):
+            converter = converter.signature(_signature_name(shape), graph, (sample,))
+        return converter.convert(quant_config=config)
     finally:
         for head in heads:
             head._grids = {}
