@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from models.export.exporter import ExportOptions, prepare
+from models.export.exporter import ExportOptions, export
 from models.export.quantize import CalibrationImages
+from models.weights.checkpoint import load_model
 from tests.models.export.edge_helpers import needs
 
 SIZE = 64
@@ -46,23 +47,38 @@ def test_every_signature_takes_the_calibrated_ranges():
     assert scales and all(any(abs(s - e) < 1e-6 for e in expected) for s in scales)
 
 
+def test_bias_correction_moves_the_quantized_convolutions_biases_and_restores_them():
+    needs("litert_torch", "torchao")
+    from models.export.litert_int8 import Int8Signatures
+
+    model = _Chain().eval()
+    before = {name: p.detach().clone() for name, p in model.named_parameters() if name.endswith("bias")}
+    int8 = Int8Signatures(model, 1)
+    images = [torch.rand(1, 3, 16, 16).numpy() for _ in range(3)]
+    int8.calibrate(images, (16, 16))
+    int8.correct_biases(images, (16, 16))
+    assert set(int8.biases) == {"middle.bias"}  # the first and last convolutions stay float: nothing to correct
+    assert not torch.equal(model.middle.bias, before["middle.bias"])
+    int8.restore()
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters() if name.endswith("bias"))
+
+
 @pytest.mark.slow
 def test_int8_tflite_holds_int8_convolutions_behind_float_input_and_output(tmp_path, shared):
     needs("litert_torch", "ai_edge_litert", "torchao")
     from ai_edge_litert.interpreter import Interpreter
 
-    from models.export.litert_format import LiteRTBackend, export_litert
+    from models.export.litert_format import LiteRTBackend
 
     shutil.copy(shared / "weights/yolov5n.pt", tmp_path / "yolov5n.pt")
-    options = ExportOptions(imgsz=(SIZE, SIZE), int8=True, dynamic=False)
-    job = prepare(tmp_path / "yolov5n.pt", options, torch.device("cpu"))
-    files = sorted(glob.glob(str(shared / "datasets/coco128/images/train2017/*.jpg")))
-    job.calibration = CalibrationImages(files[::32], options.imgsz, 32, auto=False)  # 4 images
-    job.metadata["calibration_images"] = len(job.calibration)
-    path = export_litert(job, tmp_path / "yolov5n_int8.tflite")
+    data = tmp_path / "coco128.yaml"  # the val split: COCO128's images, every 32nd calibrating (4)
+    data.write_text(f"path: {shared / 'datasets/coco128'}\ntrain: images/train2017\nval: images/train2017\nnc: 80\n")
+    options = ExportOptions(imgsz=(SIZE, SIZE), int8=True, dynamic=False, data=data, calib_images=4)
+    [result] = export(tmp_path / "yolov5n.pt", ["litert"], options, torch.device("cpu"))
+    path, model = result.path, load_model(tmp_path / "yolov5n.pt", torch.device("cpu"))
     backend = LiteRTBackend(path, torch.device("cpu"))
-    assert backend.precision == "int8" and backend.calibration_images == 4
-    assert path.stat().st_size < 2.5 * sum(p.numel() for p in job.model.parameters())  # float32: 4 bytes a weight
+    assert path.name == "yolov5n_int8.tflite" and backend.precision == "int8" and backend.calibration_images == 4
+    assert path.stat().st_size < 2.5 * sum(p.numel() for p in model.parameters())  # float32: 4 bytes a weight
     interpreter = Interpreter(model_path=str(path))
     tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
     convs = [op for op in interpreter._get_ops_details() if op["op_name"] == "CONV_2D"]
@@ -71,7 +87,8 @@ def test_int8_tflite_holds_int8_convolutions_behind_float_input_and_output(tmp_p
     runner = interpreter.get_signature_runner()
     [details], [output] = runner.get_input_details().values(), runner.get_output_details().values()
     assert str(details["dtype"]).endswith("float32'>") and str(output["dtype"]).endswith("float32'>")
+    files = sorted(glob.glob(str(shared / "datasets/coco128/images/train2017/*.jpg")))
     x = torch.from_numpy(next(iter(CalibrationImages(files[1:2], options.imgsz, 32, auto=False))))
     with torch.no_grad():
-        expected, got = job.model(x)[0], backend(x)[0]
+        expected, got = model(x)[0], backend(x)[0]
     assert got.shape == expected.shape and (got[..., :4] - expected[..., :4]).abs().median() < 2
