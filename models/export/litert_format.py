@@ -81,7 +81,6 @@ def _converted(litert_torch, job, shapes: list[tuple[int, int]]):
             model(sample)  # not as BROADCAST_TO ops, which XNNPACK lacks and which split its partition
     for head in heads:  # anchor sizes (1, na, 1, 1, 2), broadcast by the multiplication, not one per cell and shape
         head._grids = {key: (grid, anchors[:, :, :1, :1].clone()) for key, (grid, anchors) in head._grids.items()}
-    int8 = None
     try:
         graphs = [model] * len(shapes)
         if job.options.int8:
@@ -89,7 +88,6 @@ def _converted(litert_torch, job, shapes: list[tuple[int, int]]):
 
             int8 = Int8Signatures(model, job.sample.shape[0])
             int8.calibrate(job.calibration, shapes[-1])
-            int8.correct_biases(job.calibration, shapes[-1])
             graphs, config = [int8.graph(shape) for shape in shapes], int8.config()
         for shape, graph, sample in zip(shapes, graphs, samples):
             converter = converter.signature(_signature_name(shape), graph, (sample,))
@@ -97,8 +95,6 @@ def _converted(litert_torch, job, shapes: list[tuple[int, int]]):
     finally:
         for head in heads:
             head._grids = {}
-        if int8 is not None:
-            int8.restore()
 
 
 def export_litert(job, path: Path) -> Path:

@@ -2,16 +2,16 @@
 per-channel symmetric int8 weights), then converted by litert-torch, which turns the quantize / dequantize pairs into
 int8 TFLite kernels (its "STATIC" QDQ conversion): every convolution but the first and the head's runs in int8.
 
-Calibration: the --data val images, letterboxed as detect.py does (quantize.CalibrationImages), each placed at the top
-left of the largest signature in letterbox grey, as LiteRTBackend places an input that only that signature holds;
-one observed graph of that shape sees them all. Every other signature is its own graph (its grids are constants of
-its shape) with the same nodes: its observers take the calibrated ones' ranges, so every signature has the same
-scales. Then fast bias correction (correct_biases), as NNCF gives the OpenVINO INT8 export. As in the other INT8
-exports (models/export/quantize.py), the first convolution (it reads the image) and everything after the last
-convolutions (the head's 1x1 convolutions, sigmoid, box decoding) stay in float, so the input and the predictions are
-float32. SiLU stays float too (a DEQUANTIZE before it, a QUANTIZE after): the quantizer has no SiLU annotator, and
-written as x * sigmoid(x) (sigmoid and mul in int8) litert-torch's converter refused the graph ("'tfl.pad' op
-quantization parameters violate the same scale constraint", on the stride-2 convolutions' padding).
+Calibration: the --data val images, letterboxed as detect.py does (quantize.CalibrationImages), each placed at the
+top left of the largest signature in letterbox grey, as LiteRTBackend places an input that only that signature
+holds; one observed graph of that shape sees them all. Every other signature is its own graph (its grids are
+constants of its shape) with the same nodes: its observers take the calibrated ones' ranges, so every signature has
+the same scales. As in the other INT8 exports (models/export/quantize.py), the first convolution (it reads the
+image) and everything after the last convolutions (the head's 1x1 convolutions, sigmoid, box decoding) stay in
+float, so the input and the predictions are float32. SiLU stays float too (a DEQUANTIZE before it, a QUANTIZE
+after): the quantizer has no SiLU annotator, and written as x * sigmoid(x) (sigmoid and mul in int8) litert-torch's
+converter refused the graph ("'tfl.pad' op quantization parameters violate the same scale constraint", on the
+stride-2 convolutions' padding).
 """
 
 import dataclasses
@@ -35,7 +35,6 @@ class Int8Signatures:
         self.quant_config = require_converter("litert_torch.quantize.quant_config", "LiteRT INT8")
         self.litert, self.model, self.batch = litert, model, batch
         self.calibrated: torch.fx.GraphModule | None = None
-        self.biases: dict[str, torch.Tensor] = {}  # the biases correct_biases changed, as they were
 
     def _observed(self, shape: tuple[int, int]) -> torch.fx.GraphModule:
         """The model exported at shape with observers on every quantized tensor."""
@@ -58,33 +57,6 @@ class Int8Signatures:
             canvas[:, :, :h, :w] = LETTERBOX_GREY
         LOGGER.info(f"LiteRT INT8: calibrated on {len(images)} images; first and last convolutions in float")
 
-    def correct_biases(self, images, shape: tuple[int, int], count: int = 24) -> None:
-        """Fast bias correction (as NNCF's, which the OpenVINO INT8 export has): each quantized convolution's bias
-        less the mean, per output channel, of what int8 adds to its output (its quantized input and weights against
-        the float ones, on the same input), over count of images placed as in calibrate. The model's biases are
-        changed; the signatures' graphs are exported after."""
-        graph = self.graph(shape)
-        shifts: dict[str, torch.Tensor] = {}
-        canvas = np.full((self.batch, 3, *shape), LETTERBOX_GREY, np.float32)
-        for i, image in enumerate(images):
-            if i == count:
-                break
-            h, w = image.shape[2:]
-            canvas[:, :, :h, :w] = image[0]
-            _ConvShifts(graph, shifts).run(torch.from_numpy(canvas))
-            canvas[:, :, :h, :w] = LETTERBOX_GREY
-        with torch.no_grad():
-            for target, shift in shifts.items():
-                bias = self.model.get_parameter(target)
-                self.biases.setdefault(target, bias.clone())
-                bias -= (shift / min(count, len(images))).to(bias.dtype)
-
-    def restore(self) -> None:
-        """The model's biases as before correct_biases (the model may be exported to other formats next)."""
-        with torch.no_grad():
-            for target, bias in self.biases.items():
-                self.model.get_parameter(target).copy_(bias)
-
     def graph(self, shape: tuple[int, int]) -> torch.fx.GraphModule:
         """The quantized graph at shape, with the calibrated ranges."""
         observed = self._observed(shape)
@@ -98,41 +70,6 @@ class Int8Signatures:
 
     def config(self):
         return self.quant_config.QuantConfig(pt2e_quantizer=self.quantizer)
-
-
-class _ConvShifts(torch.fx.Interpreter):
-    """Runs a converted graph, adding to shifts[bias name] each quantized convolution's mean output difference per
-    channel against the same convolution in float (its input before quantization, its float weights)."""
-
-    def __init__(self, graph: torch.fx.GraphModule, shifts: dict):
-        super().__init__(graph, garbage_collect_values=False)  # the float inputs are read after their quantize
-        self.shifts = shifts
-
-    def call_function(self, target, args, kwargs):
-        out = super().call_function(target, args, kwargs)
-        node = self.current_node  # set by run_node
-        if target != torch.ops.aten.conv2d.default or len(node.args) < 3 or node.args[2] is None:
-            return out
-        x, w = (_quantized_source(arg) for arg in node.args[:2])
-        if x is None or w is None or node.args[2].op != "get_attr":
-            return out
-        exact = torch.nn.functional.conv2d(self.env[x], self.env[w], args[2], *args[3:])
-        shift = (out - exact).mean(dim=(0, 2, 3))
-        key = node.args[2].target
-        self.shifts[key] = self.shifts.get(key, 0) + shift
-        return out
-
-    def run_node(self, n):
-        self.current_node = n
-        return super().run_node(n)
-
-
-def _quantized_source(node):
-    """The float node a dequantize(quantize(x)) pair reads, else None."""
-    if "dequantize" not in str(getattr(node, "target", "")):
-        return None
-    quantized = node.args[0]
-    return quantized.args[0] if "quantize" in str(getattr(quantized, "target", "")) else None
 
 
 def _observers(graph: torch.fx.GraphModule) -> list[tuple[str, torch.nn.Module]]:

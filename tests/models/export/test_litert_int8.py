@@ -47,22 +47,6 @@ def test_every_signature_takes_the_calibrated_ranges():
     assert scales and all(any(abs(s - e) < 1e-6 for e in expected) for s in scales)
 
 
-def test_bias_correction_moves_the_quantized_convolutions_biases_and_restores_them():
-    needs("litert_torch", "torchao")
-    from models.export.litert_int8 import Int8Signatures
-
-    model = _Chain().eval()
-    before = {name: p.detach().clone() for name, p in model.named_parameters() if name.endswith("bias")}
-    int8 = Int8Signatures(model, 1)
-    images = [torch.rand(1, 3, 16, 16).numpy() for _ in range(3)]
-    int8.calibrate(images, (16, 16))
-    int8.correct_biases(images, (16, 16))
-    assert set(int8.biases) == {"middle.bias"}  # the first and last convolutions stay float: nothing to correct
-    assert not torch.equal(model.middle.bias, before["middle.bias"])
-    int8.restore()
-    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters() if name.endswith("bias"))
-
-
 @pytest.mark.slow
 def test_int8_tflite_holds_int8_convolutions_behind_float_input_and_output(tmp_path, shared):
     needs("litert_torch", "ai_edge_litert", "torchao")
