@@ -131,7 +131,7 @@ FORMATS = {
             "litert",
             ".tflite",
             folder=False,
-            int8=False,
+            int8=True,
             bf16=False,
             writer="models.export.litert_format:export_litert",
             metadata="models.export.litert_format:litert_metadata",

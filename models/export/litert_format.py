@@ -1,15 +1,15 @@
 """LiteRT (TensorFlow Lite) exports: the model converted by litert-torch and run by LiteRT's interpreter
 (`ai-edge-litert`, with its XNNPACK delegate).
 
-An export is one file, `<stem>.tflite`, FP32 or FP16 as its metadata records. The metadata is a zip archive appended
-to the flatbuffer holding `metadata.json` (the layout Ultralytics uses: the interpreter ignores bytes after the
-model), read back with zipfile with its member sizes checked first. litert-torch exports through torch.export, and
-the graph it writes keeps the traced sizes of the upsamplings: each input shape is a signature of its own, sharing
-one copy of the weights (signature_shapes: --img-size, and test.py's usual rectangles and the square that holds any of
-its batches; --static: --img-size alone). An input runs in the smallest signature that holds it, placed at the top
-left in letterbox grey, and only the rows of the cells over the input are kept: the cells keep their place on every
-level's grid, so the predictions are the .pt's, exactly in a signature of the input's own shape, else but near the
-bottom and right edges.
+An export is one file, `<stem>.tflite`, FP32, FP16 or INT8 (--int8 --data: models/export/litert_int8.py) as its
+metadata records. The metadata is a zip archive appended to the flatbuffer holding `metadata.json` (the layout
+Ultralytics uses: the interpreter ignores bytes after the model), read back with zipfile with its member sizes
+checked first. litert-torch exports through torch.export, and the graph it writes keeps the traced sizes of the
+upsamplings: each input shape is a signature of its own, sharing one copy of the weights (signature_shapes:
+--img-size, and test.py's usual rectangles and the square that holds any of its batches; --static: --img-size
+alone). An input runs in the smallest signature that holds it, placed at the top left in letterbox grey, and only
+the rows of the cells over the input are kept: the cells keep their place on every level's grid, so the predictions
+are the .pt's, exactly in a signature of the input's own shape, else but near the bottom and right edges.
 Batch 1 unless --batch-size. --half casts the weights to float16 (ai-edge-quantizer's weight-only float casting; the
 arithmetic stays float32 on CPUs). Anchor-free predictions come out as (5 + nc, N) (edge.channel_predictions), and the
 heads' grids are constants of the graph: every op runs in XNNPACK's partitions, as in Ultralytics' export.
@@ -72,18 +72,26 @@ def _signature_name(shape: tuple[int, int]) -> str:
 
 
 def _converted(litert_torch, job, shapes: list[tuple[int, int]]):
-    """litert-torch's model of job at each of shapes, one signature each."""
-    model, converter = job.model.float().eval(), litert_torch
+    """litert-torch's model of job at each of shapes, one signature each (--int8: quantized, litert_int8)."""
+    model, converter, config = job.model.float().eval(), litert_torch, None
     heads = [m for m in model.modules() if isinstance(getattr(m, "_grids", None), dict)]
-    for shape in shapes:
-        sample = torch.zeros(job.sample.shape[0], 3, *shape)
+    samples = [torch.zeros(job.sample.shape[0], 3, *shape) for shape in shapes]
+    for sample in samples:
         with torch.no_grad():  # fills the heads' grid caches at this shape: the graph holds them as constants,
             model(sample)  # not as BROADCAST_TO ops, which XNNPACK lacks and which split its partition
-        converter = converter.signature(_signature_name(shape), model, (sample,))
     for head in heads:  # anchor sizes (1, na, 1, 1, 2), broadcast by the multiplication, not one per cell and shape
         head._grids = {key: (grid, anchors[:, :, :1, :1].clone()) for key, (grid, anchors) in head._grids.items()}
     try:
-        return converter.convert()
+        graphs = [model] * len(shapes)
+        if job.options.int8:
+            from models.export.litert_int8 import Int8Signatures
+
+            int8 = Int8Signatures(model, job.sample.shape[0])
+            int8.calibrate(job.calibration, shapes[-1])
+            graphs, config = [int8.graph(shape) for shape in shapes], int8.config()
+        for shape, graph, sample in zip(shapes, graphs, samples):
+            converter = converter.signature(_signature_name(shape), graph, (sample,))
+        return converter.convert(quant_config=config)
     finally:
         for head in heads:
             head._grids = {}
