@@ -14,13 +14,11 @@ converter refused the graph ("'tfl.pad' op quantization parameters violate the s
 stride-2 convolutions' padding).
 """
 
-import dataclasses
-
 import numpy as np
 import torch
 
 from models.export.edge import require_converter
-from models.export.executorch_format import _float_keeping, _float_node_names, _mean_percentiles
+from models.export.pt2e import float_keeping, float_node_names, percentile_config
 from models.export.runtime import LETTERBOX_GREY
 from utils.log import LOGGER
 
@@ -40,8 +38,8 @@ class Int8Signatures:
         """The model exported at shape with observers on every quantized tensor."""
         sample = torch.zeros(self.batch, 3, *shape)
         graph = torch.export.export(self.model, (sample,)).module()
-        kept = _float_node_names(graph)
-        self.quantizer = _float_keeping(self.litert.PT2EQuantizer, kept)().set_global(_percentile_config(self.litert))
+        kept = float_node_names(graph)
+        self.quantizer = float_keeping(self.litert.PT2EQuantizer, kept)().set_global(percentile_config(self.litert))
         observed = self.pt2e.prepare_pt2e(graph, self.quantizer)
         observed(sample)  # the weights' observers see their weights (the activations' ranges are replaced)
         return observed
@@ -74,12 +72,3 @@ class Int8Signatures:
 
 def _observers(graph: torch.fx.GraphModule) -> list[tuple[str, torch.nn.Module]]:
     return [(name, m) for name, m in graph.named_modules() if hasattr(m, "min_val") and hasattr(m, "max_val")]
-
-
-def _percentile_config(litert):
-    """litert-torch's symmetric per-channel config, its activations' ranges the mean of each calibration image's
-    percentiles (executorch_format._mean_percentiles) instead of its histogram observer, seconds an image."""
-    config = litert.get_symmetric_quantization_config(is_per_channel=True)
-    observer = _mean_percentiles(litert.MinMaxObserver).with_args(eps=2**-12)
-    activation = dataclasses.replace(config.input_activation, observer_or_fake_quant_ctr=observer)
-    return dataclasses.replace(config, input_activation=activation, output_activation=activation)

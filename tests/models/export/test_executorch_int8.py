@@ -10,15 +10,9 @@ import torch
 from torch import nn
 from torchvision.ops import box_iou
 
-from models.export.executorch_format import (
-    ExecuTorchBackend,
-    _float_keeping,
-    _float_node_names,
-    _mean_percentiles,
-    _percentile_config,
-    export_executorch,
-)
+from models.export.executorch_format import ExecuTorchBackend, export_executorch
 from models.export.exporter import ExportOptions, prepare
+from models.export.pt2e import float_keeping, float_node_names, mean_percentiles, percentile_config
 from models.export.quantize import CalibrationImages
 from tests.models.export.edge_helpers import needs
 from utils.boxes import non_max_suppression
@@ -46,7 +40,7 @@ def test_the_first_convolution_and_everything_after_the_last_stay_float():
     after = [
         n.name for n in graph.graph.nodes if n.target in (torch.ops.aten.sigmoid.default, torch.ops.aten.cat.default)
     ]
-    kept = _float_node_names(graph)
+    kept = float_node_names(graph)
     assert len(convs) == 3 and convs[0] in kept and convs[2] in kept and len(after) == 2 and set(after) <= kept
     assert convs[1] not in kept  # the one convolution that feeds another is quantized
 
@@ -56,9 +50,9 @@ def test_the_quantizer_leaves_the_float_nodes_unannotated():
     from executorch.backends.xnnpack.quantizer import xnnpack_quantizer
 
     graph = torch.export.export(_Chain().eval(), (torch.rand(1, 3, 16, 16),)).module()
-    kept = _float_node_names(graph)
-    quantizer = _float_keeping(xnnpack_quantizer.XNNPACKQuantizer, kept)().set_global(
-        _percentile_config(xnnpack_quantizer)
+    kept = float_node_names(graph)
+    quantizer = float_keeping(xnnpack_quantizer.XNNPACKQuantizer, kept)().set_global(
+        percentile_config(xnnpack_quantizer)
     )
     annotated = quantizer.annotate(quantizer.transform_for_annotation(graph))
     marked = {n.name for n in annotated.graph.nodes if "quantization_annotation" in n.meta}
@@ -70,7 +64,7 @@ def test_activation_ranges_are_the_mean_of_each_images_percentiles():
     needs("torchao")
     from torchao.quantization.pt2e import MinMaxObserver
 
-    observer = _mean_percentiles(MinMaxObserver)()
+    observer = mean_percentiles(MinMaxObserver)()
     ramp = torch.linspace(-1, 1, 100_001)
     outlier = ramp.clone()
     outlier[0] = -50  # one value of 100,001: below the 0.01% left out, so it does not stretch the range
