@@ -8,6 +8,7 @@ kind. The export's own metadata (names, stride, imgsz, batch, dynamic) is all it
 precision they were exported in; ONNX Runtime and OpenVINO use torch's thread count so speeds compare fairly.
 """
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -152,18 +153,32 @@ class OpenVinoBackend(Backend):
             # of the 2-thread CPU is waiting); test.py's batches and detect.py's images, started one ahead
             # (utils.infer.sources.read_ahead), keep both streams busy. Two, not one per thread: detect.py has two
             # images in flight. yolov5n INT8 on COCO128, 2 threads, against one stream, alternating, load 5-7: detect.py
-            # 12.7 against 14.1 CPU s, test.py 19.3 against 26.2. One image alone runs on half the threads.
+            # 12.7 against 14.1 CPU s, test.py 19.3 against 26.2.
             self.parallel_runs = config["NUM_STREAMS"] = 2
-        self.compiled = _openvino_call(
-            core.compile_model, xmls[0], "could not be compiled", model, "CPU", self.cached(config)
-        )
-        self.requests = threading.local()  # one infer request per thread: parallel runs each need their own
+        self.config = self.cached(config)
+        self.compile = functools.partial(_openvino_call, core.compile_model, xmls[0], "could not be compiled", model)
+        self.compiled = {True: self.compile("CPU", self.config)}  # side by side (or the only one), keyed as below
+        self.compile_lock = threading.Lock()
+        self.requests = threading.local()  # one infer request per thread and model: parallel runs each need their own
+
+    def _compiled(self, side_by_side: bool):
+        """The compiled model for a run with others beside it (in the runtime's pool) or alone. One image alone (a
+        Detector call, a live stream's frame) would run on one stream's half of the threads, about 1.5x its time on
+        all of them on 2 cores: it gets a model of one stream, compiled on its first such run."""
+        if side_by_side not in self.compiled:
+            with self.compile_lock:
+                if side_by_side not in self.compiled:
+                    alone = {k: v for k, v in self.config.items() if k != "NUM_STREAMS"}
+                    self.compiled[side_by_side] = self.compile("CPU", alone)
+        return self.compiled[side_by_side]
 
     def run(self, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
         array = x.detach().cpu().numpy().astype(np.float32, copy=False)
-        request = getattr(self.requests, "request", None)
+        side_by_side = self.parallel_runs == 1 or getattr(self.side_by_side, "on", False)
+        request = getattr(self.requests, f"request_{side_by_side}", None)
         if request is None:
-            request = self.requests.request = self.compiled.create_infer_request()
+            request = self._compiled(side_by_side).create_infer_request()
+            setattr(self.requests, f"request_{side_by_side}", request)
         # the predictions (and a segment model's prototypes); share_inputs: OpenVINO reads the array in place
         # instead of copying it into its own tensor first; share_outputs: its output tensors as they are, valid until
         # the thread's next run

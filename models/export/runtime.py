@@ -77,6 +77,7 @@ class Backend(nn.Module):
         self.checked_shapes: set[tuple[int, ...]] = set()  # input shapes whose output fitted the metadata
         self.started: dict[int, tuple] = {}  # id(input) -> (input, its future) of start()
         self.pool: ThreadPoolExecutor | None = None  # parallel_runs threads, made on first use
+        self.side_by_side = threading.local()  # .on in the pool's threads: a run there has others beside it
 
     def run(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Raw predictions of one batch the export accepts; a graph with several outputs may give them all (a
@@ -165,6 +166,7 @@ class Backend(nn.Module):
         inference = torch.is_inference_mode_enabled()
 
         def call(item):
+            self.side_by_side.on = True
             with torch.inference_mode(inference):
                 return function(item)
 
