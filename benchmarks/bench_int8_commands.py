@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench_common import REPO
 
-from utils.torch_utils import idle_cpu_cores
+from utils.torch_utils import idle_cpu_cores, threads_for_idle_cores
 
 
 @dataclass
@@ -69,9 +69,8 @@ def rounds(args: argparse.Namespace, out: Path) -> dict[str, dict[str, list[floa
             order = list(sides) if r % 2 == 0 else list(reversed(sides))
             load = os.getloadavg()[0]
             if not args.threads and not args.own_threads:  # as utils.torch_utils.fit_threads_to_idle_cores
-                idle = idle_cpu_cores(1.0)
-                cores = os.cpu_count() or 1
-                os.environ["OMP_NUM_THREADS"] = str(cores if idle is None else max(1, min(cores, int(idle + 0.25))))
+                threads = threads_for_idle_cores(os.cpu_count() or 1, idle_cpu_cores(1.0))
+                os.environ["OMP_NUM_THREADS"] = str(threads)
             if r == 0 and not args.cold:  # untimed, on round 1's threads: files in the page cache, the model cached
                 for side in sides.values():
                     timed_command(commands(side, args, out)[cmd])

@@ -69,6 +69,12 @@ def idle_cpu_cores(window_s: float = 0.1) -> float | None:
     return (os.cpu_count() or 1) * (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
 
 
+def threads_for_idle_cores(threads: int, idle: float | None) -> int:
+    """Of threads, as many as the idle cores hold (a core a quarter busy still counts as idle), at least one; all of
+    them where idle is unknown (None)."""
+    return threads if idle is None else max(1, min(threads, math.floor(idle + 0.25)))
+
+
 def fit_threads_to_idle_cores() -> None:
     """At a command's start: torch's CPU threads cut to the cores other processes leave idle. Two threads on two cores
     of which another process holds one ran detect.py at 2.7x its idle time on a 2-core CPU (each parallel region
@@ -76,7 +82,7 @@ def fit_threads_to_idle_cores() -> None:
     if "OMP_NUM_THREADS" in os.environ:
         return
     idle, threads = idle_cpu_cores(), torch.get_num_threads()
-    fitting = threads if idle is None else max(1, min(threads, math.floor(idle + 0.25)))
+    fitting = threads_for_idle_cores(threads, idle)
     if fitting < threads:
         LOGGER.info(f"CPU: {idle:.1f} of {os.cpu_count()} cores idle, running {fitting} of {threads} threads")
         torch.set_num_threads(fitting)
