@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from bench_common import REPO, _timed_command
 
-from utils.torch_utils import cpu_supports_bf16, select_device
+from utils.torch_utils import cpu_supports_bf16, prefers_channels_last, select_device
 
 
 def bench_train_epoch(data: Path, weights: Path, device: str, tmp: Path) -> dict:
@@ -54,7 +54,7 @@ def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp_dtype:
     from utils.train.step import TrainingParts, loss_gains
 
     model = Model(cfg, nc=nc).to(dev).train()
-    if dev.type == "cpu":  # as the Trainer: oneDNN trains convolutions faster in NHWC
+    if prefers_channels_last(dev):  # as the Trainer: oneDNN and cuDNN train convolutions faster in NHWC
         model.to(memory_format=torch.channels_last)
     hyp = loss_gains(load_hyp(REPO / "data" / "hyp.scratch.yaml"), model.model[-1].nl, nc, imgsz)
     optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
@@ -63,9 +63,9 @@ def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp_dtype:
 
 
 def _as_trainer_prepares(images: torch.Tensor, dev: torch.device) -> torch.Tensor:
-    """The Trainer's _prepare_images: uint8 -> 0-1 floats on the device, then NHWC on the CPU."""
+    """The Trainer's _prepare_images: uint8 -> 0-1 floats on the device, then NHWC where the device prefers it."""
     images = images.to(dev, non_blocking=True).float() / 255
-    return images.contiguous(memory_format=torch.channels_last) if dev.type == "cpu" else images
+    return images.contiguous(memory_format=torch.channels_last) if prefers_channels_last(dev) else images
 
 
 def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:

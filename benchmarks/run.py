@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["yolov5n", "yolov5s"], choices=["yolov5n", *RANDOM_MODELS])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "benchmarks")
     opt = parser.parse_args(argv)
+    # absolute: the data YAML is written in a temporary folder and the commands run from the repository
+    opt.weights, opt.coco128, opt.image = (p.resolve() for p in (opt.weights, opt.coco128, opt.image))
     for needed in (opt.weights, opt.coco128, opt.image):
         if not needed.exists():
             print(f"ERROR: {needed} not found (pass --weights, --coco128 or --image)")

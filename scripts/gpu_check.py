@@ -32,7 +32,7 @@ from utils.data.hyp import load_hyp  # noqa: E402
 from utils.data.loader import create_dataloader  # noqa: E402
 from utils.data.shapes import generate_shapes, write_data_yaml  # noqa: E402
 from utils.eval.validate_weights import run as validate_weights  # noqa: E402
-from utils.torch_utils import ModelEMA, cpu_supports_bf16  # noqa: E402
+from utils.torch_utils import ModelEMA, cpu_supports_bf16, prefers_channels_last  # noqa: E402
 from utils.train.setup import build_loss, lr_lambda, smart_optimizer  # noqa: E402
 from utils.train.step import TrainingParts, apply_warmup, loss_gains, train_step, warmup_values  # noqa: E402
 
@@ -59,6 +59,8 @@ def _amp_parts(data: dict, img: int, device: torch.device) -> tuple[TrainingPart
     """yolov5s with train.py's optimizer groups, schedule, loss gains and EMA, and a GradScaler that grows fast."""
     low = torch.float16 if device.type == "cuda" else torch.bfloat16
     model = Model(MODEL["cfg"], nc=data["nc"]).to(device).train()
+    if prefers_channels_last(device):  # the layout the Trainer trains in
+        model.to(memory_format=torch.channels_last)
     hyp_file = model.family.hyp_file  # the family's default, as train.py picks
     hyp = loss_gains(load_hyp(hyp_file), model.model[-1].nl, data["nc"], img, scaled=model.family.anchors)
     optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
@@ -114,6 +116,7 @@ def amp_training(
             warm = warmup_values(i, n_warmup, targets_lr, hyp, batch)
             apply_warmup(optimizer, warm)
             imgs = imgs.to(device, non_blocking=True).float() / 255
+            imgs = imgs.contiguous(memory_format=torch.channels_last) if prefers_channels_last(device) else imgs
             before = scaler.get_scale()
             update = i - last_update >= warm.accumulate
             step = train_step(parts, imgs, targets.to(device), update)

@@ -32,7 +32,7 @@ from utils.data.cache import user_cache_dir
 from utils.downloads import attempt_download_weights
 from utils.errors import BackendError
 from utils.log import LOGGER
-from utils.torch_utils import CHANNELS_LAST_CPU, cpu_supports_bf16
+from utils.torch_utils import cpu_supports_bf16, prefers_channels_last
 
 
 class TorchScriptBackend(Backend):
@@ -51,8 +51,8 @@ class TorchScriptBackend(Backend):
         self.module = module.eval()
         floats = [p.dtype for p in module.parameters() if p.is_floating_point()]
         self.dtype = floats[0] if floats else torch.float32
-        # oneDNN's preferred CPU layout, as utils.torch_utils uses for PyTorch models (several times faster here)
-        self.channels_last = device.type == "cpu" and CHANNELS_LAST_CPU
+        # the device's preferred layout, as utils.torch_utils uses for PyTorch models (several times faster on CPU)
+        self.channels_last = prefers_channels_last(device)
         if self.channels_last:
             self.module.to(memory_format=torch.channels_last)
         if self.fixed_shape:  # the profiling executor optimises after its first runs: pay that here, not per image
