@@ -18,6 +18,7 @@ from utils.torch_utils import (
     cpu_supports_bf16,
     fit_threads_to_idle_cores,
     idle_cpu_cores,
+    prefers_channels_last,
     prepare_for_inference,
     resolve_half,
     retain_freed_memory,
@@ -45,6 +46,13 @@ def test_precision_policy(monkeypatch, log):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, c=capability: c)
         assert resolve_half(cuda, None) is expected, capability
         assert resolve_half(cuda, True) is True and resolve_half(cuda, False) is False  # flags override
+
+
+def test_channels_last_where_cudnn_and_onednn_prefer_it():
+    # NHWC on CPU and CUDA (an NCHW FP16 weight-gradient conv made AMP training slower than float32 on an H200);
+    # other backends (MPS) keep PyTorch's default layout
+    assert prefers_channels_last(torch.device("cpu")) and prefers_channels_last(torch.device("cuda", 0))
+    assert not prefers_channels_last(torch.device("mps"))
 
 
 def test_bf16_inference_decodes_boxes_in_float32():
