@@ -131,7 +131,7 @@ def markdown(results: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_opt(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--only",
@@ -150,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     opt = parser.parse_args(argv)
     # absolute: the data YAML is written in a temporary folder and the commands run from the repository
     opt.weights, opt.coco128, opt.image = (p.resolve() for p in (opt.weights, opt.coco128, opt.image))
+    return opt
+
+
+def main(argv: list[str] | None = None) -> int:
+    opt = parse_opt(argv)
     for needed in (opt.weights, opt.coco128, opt.image):
         if not needed.exists():
             print(f"ERROR: {needed} not found (pass --weights, --coco128 or --image)")
