@@ -32,7 +32,7 @@ from models.export.edge import (
     write_metadata,
 )
 from models.export.metadata import error_line, openvino_metadata, parse_metadata
-from models.export.pt2e import float_keeping, float_node_names, percentile_config
+from models.export.pt2e import int8_quantizer
 from models.export.quantize import CalibrationImages
 from models.export.runtime import Backend
 from utils.errors import BackendError, ExportError
@@ -89,8 +89,7 @@ def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes
     xnnpack = require_converter("executorch.backends.xnnpack.quantizer.xnnpack_quantizer", "ExecuTorch")
     pt2e = require_converter("torchao.quantization.pt2e.quantize_pt2e", "ExecuTorch INT8 (torchao)")
     graph = exported.module()
-    kept = float_node_names(graph)
-    quantizer = float_keeping(xnnpack.XNNPACKQuantizer, kept)().set_global(percentile_config(xnnpack))
+    quantizer = int8_quantizer(xnnpack.XNNPACKQuantizer, xnnpack, graph)
     observed = pt2e.prepare_pt2e(graph, quantizer)
     for array in images:
         image = torch.from_numpy(array)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from models.export.edge import require_converter
-from models.export.pt2e import float_keeping, float_node_names, percentile_config
+from models.export.pt2e import int8_quantizer
 from models.export.runtime import LETTERBOX_GREY
 from utils.log import LOGGER
 
@@ -38,8 +38,7 @@ class Int8Signatures:
         """The model exported at shape with observers on every quantized tensor."""
         sample = torch.zeros(self.batch, 3, *shape)
         graph = torch.export.export(self.model, (sample,)).module()
-        kept = float_node_names(graph)
-        self.quantizer = float_keeping(self.litert.PT2EQuantizer, kept)().set_global(percentile_config(self.litert))
+        self.quantizer = int8_quantizer(self.litert.PT2EQuantizer, self.litert, graph)
         observed = self.pt2e.prepare_pt2e(graph, self.quantizer)
         observed(sample)  # the weights' observers see their weights (the activations' ranges are replaced)
         return observed

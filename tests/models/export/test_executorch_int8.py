@@ -12,7 +12,7 @@ from torchvision.ops import box_iou
 
 from models.export.executorch_format import ExecuTorchBackend, export_executorch
 from models.export.exporter import ExportOptions, prepare
-from models.export.pt2e import float_keeping, float_node_names, mean_percentiles, percentile_config
+from models.export.pt2e import PRE_SILU_FLOOR, float_node_names, int8_quantizer, mean_ranges
 from models.export.quantize import CalibrationImages
 from tests.models.export.edge_helpers import needs
 from utils.boxes import non_max_suppression
@@ -51,28 +51,27 @@ def test_the_quantizer_leaves_the_float_nodes_unannotated():
 
     graph = torch.export.export(_Chain().eval(), (torch.rand(1, 3, 16, 16),)).module()
     kept = float_node_names(graph)
-    quantizer = float_keeping(xnnpack_quantizer.XNNPACKQuantizer, kept)().set_global(
-        percentile_config(xnnpack_quantizer)
-    )
+    quantizer = int8_quantizer(xnnpack_quantizer.XNNPACKQuantizer, xnnpack_quantizer, graph)
     annotated = quantizer.annotate(quantizer.transform_for_annotation(graph))
     marked = {n.name for n in annotated.graph.nodes if "quantization_annotation" in n.meta}
-    middle = [n.name for n in annotated.graph.nodes if n.target == torch.ops.aten.conv2d.default][1]
-    assert middle in marked and not marked & kept
+    middle = [n for n in annotated.graph.nodes if n.target == torch.ops.aten.conv2d.default][1]
+    assert middle.name in marked and not marked & kept
+    observer = middle.meta["quantization_annotation"].output_qspec.observer_or_fake_quant_ctr()
+    assert observer.floor == PRE_SILU_FLOOR and observer.peak  # its output is read by a SiLU only
 
 
-def test_activation_ranges_are_the_mean_of_each_images_percentiles():
+def test_activation_ranges_are_the_mean_of_each_images_min_and_max():
     needs("torchao")
     from torchao.quantization.pt2e import MinMaxObserver
 
-    observer = mean_percentiles(MinMaxObserver)()
-    ramp = torch.linspace(-1, 1, 100_001)
-    outlier = ramp.clone()
-    outlier[0] = -50  # one value of 100,001: below the 0.01% left out, so it does not stretch the range
-    observer(ramp * 2)
-    observer(outlier)
-    assert observer.min_val.item() == pytest.approx(-1.4997, abs=1e-3) and observer.max_val.item() == pytest.approx(
-        1.4997, abs=1e-3
-    )  # the mean of [-2, 2] and [-1, 1] less their tails, whatever the lone -50
+    ramp = torch.linspace(-1, 1, 101)
+    observer, pre_silu = mean_ranges(MinMaxObserver)(), mean_ranges(MinMaxObserver)(floor=-6.0, peak=True)
+    for x in (ramp * 2, ramp * 20, ramp * 5):
+        observer(x)
+        pre_silu(x)
+    assert observer.min_val.item() == pytest.approx(-9) and observer.max_val.item() == pytest.approx(9)
+    assert pre_silu.min_val.item() == pytest.approx(-13 / 3) and pre_silu.max_val.item() == pytest.approx(20)
+    # pre_silu: the mean of -2, -6 (not -20) and -5; the largest max
 
 
 @pytest.mark.slow
