@@ -158,11 +158,15 @@ class Backend(nn.Module):
         if self.parallel_runs > 1:
             self.started[id(x)] = (x, self._parallel(self._forward, [x], wait=False)[0])
 
+    def thread_pool(self) -> ThreadPoolExecutor:
+        """The runtime's parallel_runs threads, made on first use."""
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.parallel_runs, thread_name_prefix="backend")
+        return self.pool
+
     def _parallel(self, function, items: list, wait: bool = True) -> list:
         """function(item) for each item on the runtime's parallel_runs threads (their results, or unless wait their
         futures), each in the caller's inference mode (thread-local in torch), as if the caller had run it."""
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(self.parallel_runs, thread_name_prefix="backend")
         inference = torch.is_inference_mode_enabled()
 
         def call(item):
@@ -170,7 +174,7 @@ class Backend(nn.Module):
             with torch.inference_mode(inference):
                 return function(item)
 
-        futures = [self.pool.submit(call, item) for item in items]
+        futures = [self.thread_pool().submit(call, item) for item in items]
         return [f.result() for f in futures] if wait else futures
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None] | MaskOutputs:

@@ -1,6 +1,7 @@
 """Input loaders (images, folders, globs, lists, videos, streams), image reading and downloads."""
 
 import socket
+import threading
 from pathlib import Path
 
 import cv2
@@ -9,6 +10,7 @@ import pytest
 
 from utils.downloads import attempt_download_weights, is_url, safe_download, url_filename
 from utils.errors import DownloadError, SourceError
+from utils.infer.background import in_background
 from utils.infer.sources import (
     LoadImages,
     LoadStreams,
@@ -166,6 +168,45 @@ def test_read_ahead_starts_each_image_before_the_previous_is_handed_out(tmp_path
     assert kinds == ["start", "start", "out", "start", "out", "start", "out", "out"]  # one image ahead
     starts, outs = [im for kind, im in events if kind == "start"], [im for kind, im in events if kind == "out"]
     assert all(a is b for a, b in zip(starts, outs))  # the images started are the ones handed out, in order
+
+
+def test_images_read_ahead_are_decoded_on_a_thread_of_their_own_in_order(tmp_path):
+    for i in range(12):  # more than READ_AHEAD: the reader waits for the caller
+        _write(tmp_path / f"{i:02d}.jpg", _photo(seed=i))
+    (tmp_path / "05.jpg").write_bytes(b"not a jpeg")  # skipped with a warning, by the reader
+    plain = [(item[0], item[2].sum(), index) for item, _, index in read_ahead(LoadImages(tmp_path, 64))]
+    loader, readers, started = LoadImages(tmp_path, 64), [], []
+
+    def start(im):
+        started.append(im)
+        readers.extend(t.name for t in threading.enumerate() if t.name == "read_ahead")
+
+    ahead = [(item[0], item[2].sum(), index) for item, _, index in read_ahead(loader, start)]
+    assert ahead == plain and len(plain) == 11 and loader.skipped == [str(tmp_path / "05.jpg")]
+    assert len(started) == 11 and readers  # started while the reader thread was alive
+
+
+def test_in_background_raises_its_error_in_the_caller_and_stops_with_it():
+    def failing():
+        yield 1
+        raise SourceError("cannot read it")
+
+    with pytest.raises(SourceError, match="cannot read it"):
+        assert list(in_background(failing(), 2)) == [1]
+    made = []
+
+    def counting():
+        for i in range(1000):
+            made.append(i)
+            yield i
+
+    items = in_background(counting(), 2, "counting")
+    assert next(items) == 0
+    items.close()  # the caller stops: the thread ends rather than waiting to hand out the rest
+    thread = next((t for t in threading.enumerate() if t.name == "counting"), None)
+    if thread is not None:
+        thread.join(timeout=5)
+    assert not any(t.name == "counting" for t in threading.enumerate()) and len(made) <= 5
 
 
 def test_a_live_stream_is_never_read_ahead(tmp_path):

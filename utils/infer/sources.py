@@ -21,9 +21,11 @@ from utils.data.augment import letterbox
 from utils.downloads import cached_download, is_url, url_filename
 from utils.errors import SourceError
 from utils.images import IMG_FORMATS, VID_FORMATS, list_files, read_image_checked, suffix
+from utils.infer.background import in_background
 from utils.log import LOGGER
 
 STREAM_SCHEMES = ("rtsp", "rtmp", "http", "https")
+READ_AHEAD = 8  # images read_ahead decodes ahead of the caller: the first ones while a runtime compiles its model
 
 Item = tuple[str, np.ndarray, np.ndarray, "cv2.VideoCapture | None", str]
 
@@ -417,16 +419,25 @@ def read_ahead(loader: "LoadImages | LoadStreams", start=None) -> Iterator[tuple
     read. Given start (a callable taking the letterboxed image), each item is started as it is read and handed out
     once the next one has been read and started: a runtime that runs two inputs at once (OpenVINO's streams) then
     runs them side by side while this thread decodes and writes. A live stream is never read ahead: its newest
-    frame is the one wanted, and a frame held back would lag."""
+    frame is the one wanted, and a frame held back would lag. Images (not videos, whose capture the caller reads)
+    read ahead are decoded on a thread of their own, up to READ_AHEAD of them: the first ones while the runtime
+    compiles its model, the others beside this thread's NMS and writing."""
     ahead, pending = start is not None and loader.mode != "stream", None
-    for item in loader:
-        read = (item, loader.mode != "image", getattr(loader, "index", 0))
+    images_only = ahead and not any(getattr(loader, "video_flag", [True]))
+    reads = _reads(loader)
+    for read in in_background(reads, READ_AHEAD, "read_ahead") if images_only else reads:
         if not ahead:
             yield read
             continue
-        start(item[1])
+        start(read[0][1])
         if pending is not None:
             yield pending
         pending = read
     if pending is not None:
         yield pending
+
+
+def _reads(loader: "LoadImages | LoadStreams") -> Iterator[tuple[Item, bool, int]]:
+    """read_ahead's (item, is a video frame, input index) of each item of loader."""
+    for item in loader:
+        yield item, loader.mode != "image", getattr(loader, "index", 0)
