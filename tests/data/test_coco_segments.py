@@ -35,9 +35,10 @@ def test_join_pieces_fills_as_the_pieces_do():
     bridges = np.linalg.norm(a[2] - b[0]) + np.linalg.norm(a[3] - c[1])  # the closest vertices
     # and a line of pixels along each bridge (it has no area), and OpenCV's edge pixels taken a pixel further out
     assert (one & ~cv2.dilate(apart, np.ones((3, 3), np.uint8))).sum() <= bridges + 4
-    np.testing.assert_array_equal(
-        polygons_to_masks([joined], (80, 80))[0], polygons_to_masks([a, b, c], (80, 80)).max(0)
-    )
+    # at the prototype resolution the bridges' pixels count as outline (half covered): a mask pixel whose cover is
+    # at the half-way mark may tip, nothing more
+    at_ratio = polygons_to_masks([joined], (80, 80))[0], polygons_to_masks([a, b, c], (80, 80)).max(0)
+    assert not (at_ratio[1] & ~at_ratio[0]).any() and (at_ratio[0] != at_ratio[1]).sum() <= 2
 
 
 @pytest.fixture

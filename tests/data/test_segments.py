@@ -149,9 +149,24 @@ def test_vertices_overshooting_the_edge_are_cut_and_counted(tmp_path, log):
 
 def test_polygons_to_masks_covers_half_pixels():
     square = np.array([[8, 8], [24, 8], [24, 24], [8, 24]], np.float64)  # pixels 8..23: mask pixels 2..5
-    mask = polygons_to_masks([square, square + 2], (32, 32))
+    mask = polygons_to_masks([square, square + 1, square + 3], (32, 32))
     assert mask_box(mask[0]).tolist() == [2, 2, 6, 6] and mask[0].sum() == 16
-    assert mask_box(mask[1]).tolist() == [2, 2, 7, 7]  # 10..26: blocks 2 and 6 are half covered
+    assert mask_box(mask[1]).tolist() == [2, 2, 6, 6]  # 9..25: block 2 is 3/4 covered, block 6 a quarter
+    assert mask_box(mask[2]).tolist() == [3, 3, 7, 7]  # 11..27: block 2 a quarter, block 6 3/4
+
+
+def test_mask_areas_are_unbiased():
+    # OpenCV fills every pixel an outline touches: counted as filled, small shapes' masks came out 10% too large
+    rng = np.random.default_rng(0)
+    ratios = []
+    for _ in range(300):
+        centre, radius, n = rng.uniform(30, 90, 2), rng.uniform(3, 25), int(rng.integers(3, 33))
+        angles = rng.uniform(0, 7) + np.arange(n) * 2 * np.pi / n
+        points = centre + radius * np.stack((np.cos(angles), np.sin(angles)), 1)
+        x, y = points.T
+        area = abs((x * np.roll(y, -1) - np.roll(x, -1) * y).sum()) / 2 / 16  # in mask pixels (ratio 4)
+        ratios.append(polygons_to_masks([points], (128, 128))[0].sum() / area)
+    assert abs(np.mean(ratios) - 1) < 0.01
 
 
 def coco_polygon_labels(shared: Path, root: Path, count: int) -> Path:
@@ -186,7 +201,8 @@ def test_coco128_polygons_letterboxed_masks_match_boxes(shared, tmp_path):
             cx, cy, bw, bh = label[2:] * (w, h, w, h) / 4
             if bw < 2 or bh < 2 or not mask.any():
                 continue  # objects under two mask pixels wide: the half-cover rule may leave them empty
-            np.testing.assert_allclose(mask_box(mask), [cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], atol=1.0)
+            # a pointed end (a foot, a tail) covers under half of its last mask pixels: 1.33 at most here
+            np.testing.assert_allclose(mask_box(mask), [cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], atol=1.5)
             checked += 1
     assert checked > 30  # of the 54 objects of these 12 images
 

@@ -108,10 +108,11 @@ def test_polygon_set_labels_the_same_images_with_outlines(tmp_path, monkeypatch)
             assert (np.argmin(distance, 0) == label[1]).mean() > 0.8
             ys, xs = np.nonzero(mask)
             cx, cy, w, h = label[2:] * 32
+            # atol 1.5: a triangle's tip covers under half of its last mask pixel, which is left out (1.2 here)
             np.testing.assert_allclose(
                 [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1],
                 [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2],
-                atol=1,
+                atol=1.5,
             )
 
 
