@@ -63,9 +63,10 @@ def _training_parts(cfg: str, nc: int, imgsz: int, dev: torch.device, amp_dtype:
 
 
 def _as_trainer_prepares(images: torch.Tensor, dev: torch.device) -> torch.Tensor:
-    """The Trainer's _prepare_images: uint8 -> 0-1 floats on the device, then NHWC where the device prefers it."""
-    images = images.to(dev, non_blocking=True).float() / 255
-    return images.contiguous(memory_format=torch.channels_last) if prefers_channels_last(dev) else images
+    """The Trainer's prepare_images (no --multi-scale): uint8 -> 0-1 floats on the device, NHWC where it prefers it."""
+    from utils.train.step import prepare_images
+
+    return prepare_images(images, dev, max(images.shape[2:]), 32, False, prefers_channels_last(dev))
 
 
 def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:

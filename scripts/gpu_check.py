@@ -34,7 +34,14 @@ from utils.data.shapes import generate_shapes, write_data_yaml  # noqa: E402
 from utils.eval.validate_weights import run as validate_weights  # noqa: E402
 from utils.torch_utils import ModelEMA, cpu_supports_bf16, prefers_channels_last  # noqa: E402
 from utils.train.setup import build_loss, lr_lambda, smart_optimizer  # noqa: E402
-from utils.train.step import TrainingParts, apply_warmup, loss_gains, train_step, warmup_values  # noqa: E402
+from utils.train.step import (  # noqa: E402
+    TrainingParts,
+    apply_warmup,
+    loss_gains,
+    prepare_images,
+    train_step,
+    warmup_values,
+)
 
 MODEL = {"cfg": "yolov5s.yaml"}  # the model config every part trains (--cfg)
 
@@ -115,8 +122,7 @@ def amp_training(
             i = len(losses)
             warm = warmup_values(i, n_warmup, targets_lr, hyp, batch)
             apply_warmup(optimizer, warm)
-            imgs = imgs.to(device, non_blocking=True).float() / 255
-            imgs = imgs.contiguous(memory_format=torch.channels_last) if prefers_channels_last(device) else imgs
+            imgs = prepare_images(imgs, device, img, 32, multi_scale=False, channels_last=prefers_channels_last(device))
             before = scaler.get_scale()
             update = i - last_update >= warm.accumulate
             step = train_step(parts, imgs, targets.to(device), update)

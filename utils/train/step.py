@@ -184,7 +184,7 @@ def prepare_images(
     images: torch.Tensor, device: torch.device, imgsz: int, grid: int, multi_scale: bool, channels_last: bool
 ) -> torch.Tensor:
     """A loader's uint8 batch as 0-1 floats on the device, resized to a random multiple of grid in [0.5, 1.5] x imgsz
-    under --multi-scale, NHWC on the CPU."""
+    under --multi-scale, NHWC given channels_last (utils.torch_utils.prefers_channels_last)."""
     images = images.to(device, non_blocking=True).float() / 255
     if multi_scale:
         size = random.randrange(int(imgsz * 0.5), int(imgsz * 1.5) + grid) // grid * grid
