@@ -185,8 +185,10 @@ def bench_cuda(device: str, steps: int) -> dict:
         }
         del parts
         torch.cuda.empty_cache()
-    model = Model("yolov5s.yaml").fuse().to(dev).eval()
-    batch = images[:32]
+    # The layout detect.py and test.py run in (prepare_for_inference): NHWC where the device prefers it.
+    layout = torch.channels_last if prefers_channels_last(dev) else torch.contiguous_format
+    model = Model("yolov5s.yaml").fuse().to(dev, memory_format=layout).eval()
+    batch = images[:32].contiguous(memory_format=layout)
     for half in (False, True):
         m, x = (model.half(), batch.half()) if half else (model.float(), batch.float())
         with torch.inference_mode():
