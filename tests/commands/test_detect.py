@@ -291,3 +291,17 @@ def test_plot_images_labels_and_predictions(tmp_path):
     assert (plot_images(uint8, preds[:1], fname=tmp_path / "high.jpg") != empty).any()  # 0.9: drawn
     float_mosaic = plot_images(images, np.zeros((0, 6)), fname=tmp_path / "float.jpg")
     assert np.abs(float_mosaic.astype(int) - empty).max() <= 1  # float images in [0, 1] are scaled to 0-255
+
+
+def test_plot_images_tensor_conversion_matches_numpy():
+    """Tensors are converted by torch: the same bytes as the numpy path for floats in [0, 1] and in 0-255."""
+    from utils.plots import _as_uint8_images
+
+    unit = torch.rand(2, 3, 16, 24, generator=torch.Generator().manual_seed(0))
+    for images in (unit, unit * 300 - 20):  # [0, 1] is scaled; 0-255 floats are clipped, not scaled
+        expected = _as_uint8_images(images.numpy())
+        assert expected.dtype == np.uint8
+        np.testing.assert_array_equal(_as_uint8_images(images), expected)
+    uint8 = (unit * 255).to(torch.uint8)
+    np.testing.assert_array_equal(_as_uint8_images(uint8), uint8.numpy())
+    assert _as_uint8_images(torch.zeros(0, 3, 8, 8)).shape == (0, 3, 8, 8)
