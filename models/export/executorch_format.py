@@ -9,9 +9,9 @@ dimension only. --static fixes --img-size and --batch-size instead. YOLO26's end
 predictions (run with NMS), as Ultralytics does: its top-k is not an XNNPACK op.
 
 --int8 --data: post-training quantization by torch.ao's PT2E flow with XNNPACK's quantizer (int8 activations,
-per-channel symmetric int8 weights), calibrated on the data YAML's val images letterboxed as detect.py does; as in
-the OpenVINO and ONNX INT8 exports (models/export/quantize.py), the first convolution and everything after the last
-ones (the head's 1x1 convolutions, sigmoid, box decoding) stay in float, so confidences stay calibrated.
+per-channel symmetric int8 weights), calibrated on the data YAML's val images letterboxed as detect.py does; the
+stem (models/export/pt2e.py: FLOAT_DEPTH) and everything after the last convolutions (the head's 1x1 convolutions,
+sigmoid, box decoding) stay in float, so confidences stay calibrated.
 """
 
 import contextlib
@@ -32,7 +32,7 @@ from models.export.edge import (
     write_metadata,
 )
 from models.export.metadata import error_line, openvino_metadata, parse_metadata
-from models.export.pt2e import int8_quantizer
+from models.export.pt2e import calls_per_image, int8_quantizer
 from models.export.quantize import CalibrationImages
 from models.export.runtime import Backend
 from utils.errors import BackendError, ExportError
@@ -91,10 +91,11 @@ def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes
     graph = exported.module()
     quantizer = int8_quantizer(xnnpack.XNNPACKQuantizer, xnnpack, graph)
     observed = pt2e.prepare_pt2e(graph, quantizer)
+    calls_per_image(observed)
     for array in images:
         image = torch.from_numpy(array)
         observed(image if shapes else image.expand(len(sample), -1, -1, -1))  # a static export's batch
-    LOGGER.info(f"ExecuTorch INT8: calibrated on {len(images)} images; first and last convolutions in float")
+    LOGGER.info(f"ExecuTorch INT8: calibrated on {len(images)} images; the stem and the last convolutions in float")
     return torch.export.export(pt2e.convert_pt2e(observed), (sample,), dynamic_shapes=shapes)
 
 

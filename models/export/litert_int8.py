@@ -6,19 +6,19 @@ Calibration: the --data val images, letterboxed as detect.py does (quantize.Cali
 top left of the largest signature in letterbox grey, as LiteRTBackend places an input that only that signature
 holds; one observed graph of that shape sees them all. Every other signature is its own graph (its grids are
 constants of its shape) with the same nodes: its observers take the calibrated ones' ranges, so every signature has
-the same scales. As in the other INT8 exports (models/export/quantize.py), the first convolution (it reads the
-image) and everything after the last convolutions (the head's 1x1 convolutions, sigmoid, box decoding) stay in
-float, so the input and the predictions are float32. SiLU stays float too (a DEQUANTIZE before it, a QUANTIZE
-after): the quantizer has no SiLU annotator, and written as x * sigmoid(x) (sigmoid and mul in int8) litert-torch's
-converter refused the graph ("'tfl.pad' op quantization parameters violate the same scale constraint", on the
-stride-2 convolutions' padding).
+the same scales. As in ExecuTorch's INT8 export (models/export/pt2e.py), the stem (the convolutions at most
+FLOAT_DEPTH from the input; OpenVINO's and ONNX's keep the first one) and everything after the last convolutions
+(the head's 1x1 convolutions, sigmoid, box decoding) stay in float, so the input and the predictions are float32.
+SiLU stays float too (a DEQUANTIZE before it, a QUANTIZE after): the quantizer has no SiLU annotator, and written
+as x * sigmoid(x) (sigmoid and mul in int8) litert-torch's converter refused the graph ("'tfl.pad' op quantization
+parameters violate the same scale constraint", on the stride-2 convolutions' padding).
 """
 
 import numpy as np
 import torch
 
 from models.export.edge import require_converter
-from models.export.pt2e import int8_quantizer
+from models.export.pt2e import calls_per_image, int8_quantizer
 from models.export.runtime import LETTERBOX_GREY
 from utils.log import LOGGER
 
@@ -46,13 +46,14 @@ class Int8Signatures:
     def calibrate(self, images, shape: tuple[int, int]) -> None:
         """Activation ranges from images, each padded at the top left of a shape input in letterbox grey."""
         self.calibrated = self._observed(shape)
+        calls_per_image(self.calibrated)
         canvas = np.full((self.batch, 3, *shape), LETTERBOX_GREY, np.float32)
         for image in images:
             h, w = image.shape[2:]
             canvas[:, :, :h, :w] = image[0]
             self.calibrated(torch.from_numpy(canvas))
             canvas[:, :, :h, :w] = LETTERBOX_GREY
-        LOGGER.info(f"LiteRT INT8: calibrated on {len(images)} images; first and last convolutions in float")
+        LOGGER.info(f"LiteRT INT8: calibrated on {len(images)} images; the stem and the last convolutions in float")
 
     def graph(self, shape: tuple[int, int]) -> torch.fx.GraphModule:
         """The quantized graph at shape, with the calibrated ranges."""

@@ -12,7 +12,14 @@ from torchvision.ops import box_iou
 
 from models.export.executorch_format import ExecuTorchBackend, export_executorch
 from models.export.exporter import ExportOptions, prepare
-from models.export.pt2e import PRE_SILU_FLOOR, float_node_names, int8_quantizer, mean_ranges
+from models.export.pt2e import (
+    FLOAT_DEPTH,
+    PRE_SILU_FLOOR,
+    calls_per_image,
+    float_node_names,
+    int8_quantizer,
+    mean_ranges,
+)
 from models.export.quantize import CalibrationImages
 from tests.models.export.edge_helpers import needs
 from utils.boxes import non_max_suppression
@@ -20,29 +27,40 @@ from utils.boxes import non_max_suppression
 SIZE = 256  # large enough for COCO128's objects to be found at all; small enough to calibrate in seconds
 
 
+def _stem() -> nn.ModuleList:
+    """FLOAT_DEPTH convolutions from the input (3 channels to 4): the float stem."""
+    return nn.ModuleList(nn.Conv2d(3 if i == 0 else 4, 4, 3, padding=1) for i in range(FLOAT_DEPTH))
+
+
+def _through(stem: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    for conv in stem:
+        x = nn.functional.silu(conv(x))
+    return x
+
+
 class _Chain(nn.Module):
-    """conv -> SiLU -> conv -> SiLU -> conv -> sigmoid -> a decoding (mul, add, cat): a first convolution, a middle
-    one and a head, whose add, mul and cat XNNPACK's quantizer annotates unless told not to."""
+    """A stem of convolutions -> SiLU, a middle convolution -> SiLU, and a head: a convolution, sigmoid and a
+    decoding (mul, add, cat) whose add, mul and cat XNNPACK's quantizer annotates unless told not to."""
 
     def __init__(self):
         super().__init__()
-        self.first, self.middle, self.last = nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3), nn.Conv2d(4, 6, 1)
+        self.stem, self.middle, self.last = _stem(), nn.Conv2d(4, 4, 3), nn.Conv2d(4, 6, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = nn.functional.silu(self.middle(nn.functional.silu(self.first(x))))
+        x = nn.functional.silu(self.middle(_through(self.stem, x)))
         y = self.last(x).sigmoid()
         return torch.cat((y[:, :2] * 4 + x[:, :2], y[:, 2:]), 1)
 
 
-def test_the_first_convolution_and_everything_after_the_last_stay_float():
+def test_the_stem_and_everything_after_the_last_convolution_stay_float():
     graph = torch.export.export(_Chain().eval(), (torch.rand(1, 3, 16, 16),)).module()
     convs = [n.name for n in graph.graph.nodes if n.target == torch.ops.aten.conv2d.default]
     after = [
         n.name for n in graph.graph.nodes if n.target in (torch.ops.aten.sigmoid.default, torch.ops.aten.cat.default)
     ]
     kept = float_node_names(graph)
-    assert len(convs) == 3 and convs[0] in kept and convs[2] in kept and len(after) == 2 and set(after) <= kept
-    assert convs[1] not in kept  # the one convolution that feeds another is quantized
+    assert len(convs) == FLOAT_DEPTH + 2 and set(convs[:FLOAT_DEPTH]) | {convs[-1]} | set(after) <= kept
+    assert len(after) == 2 and convs[FLOAT_DEPTH] not in kept  # the one convolution past the stem that feeds another
 
 
 def test_the_quantizer_leaves_the_float_nodes_unannotated():
@@ -54,7 +72,7 @@ def test_the_quantizer_leaves_the_float_nodes_unannotated():
     quantizer = int8_quantizer(xnnpack_quantizer.XNNPACKQuantizer, xnnpack_quantizer, graph)
     annotated = quantizer.annotate(quantizer.transform_for_annotation(graph))
     marked = {n.name for n in annotated.graph.nodes if "quantization_annotation" in n.meta}
-    middle = [n for n in annotated.graph.nodes if n.target == torch.ops.aten.conv2d.default][1]
+    middle = [n for n in annotated.graph.nodes if n.target == torch.ops.aten.conv2d.default][FLOAT_DEPTH]
     assert middle.name in marked and not marked & kept
     observer = middle.meta["quantization_annotation"].output_qspec.observer_or_fake_quant_ctr()
     assert observer.floor == PRE_SILU_FLOOR and observer.peak  # its output is read by a SiLU only
@@ -72,6 +90,43 @@ def test_activation_ranges_are_the_mean_of_each_images_min_and_max():
     assert observer.min_val.item() == pytest.approx(-9) and observer.max_val.item() == pytest.approx(9)
     assert pre_silu.min_val.item() == pytest.approx(-13 / 3) and pre_silu.max_val.item() == pytest.approx(20)
     # pre_silu: the mean of -2, -6 (not -20) and -5; the largest max
+
+
+class _Concat(nn.Module):
+    """Two convolutions of different gains after the stem, concatenated, then a head: XNNPACK's quantizer gives the
+    concatenation's inputs and output one shared observer."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.last = _stem(), nn.Conv2d(8, 2, 1)
+        self.narrow, self.wide = nn.Conv2d(4, 4, 3), nn.Conv2d(4, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _through(self.stem, x)
+        return self.last(torch.cat((self.narrow(x).relu(), self.wide(x).relu() * 10), 1))
+
+
+def test_a_shared_observer_ranges_each_image_by_the_union_of_its_tensors():
+    needs("executorch")
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    model = _Concat().eval()
+    graph = torch.export.export(model, (torch.rand(1, 3, 16, 16),)).module()
+    observed = prepare_pt2e(graph, int8_quantizer(xnnpack_quantizer.XNNPACKQuantizer, xnnpack_quantizer, graph))
+    observed(torch.full((1, 3, 16, 16), 100.0))  # a pass before calibration, forgotten
+    calls_per_image(observed)
+    cat = next(n for n in observed.graph.nodes if n.target == torch.ops.aten.cat.default)
+    shared = observed.get_submodule(next(iter(cat.users)).target)
+    assert shared.sites == 3  # the two inputs and the output
+    images = [torch.rand(1, 3, 16, 16) * scale for scale in (1, 4)]
+    peaks = []
+    for image in images:
+        observed(image)
+        with torch.no_grad():
+            x = _through(model.stem, image)
+            peaks.append(max(model.narrow(x).relu().max().item(), model.wide(x).relu().max().item() * 10))
+    assert shared.max_val.item() == pytest.approx(sum(peaks) / 2, rel=1e-4)  # each image's union, not each tensor's
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from models.export.exporter import ExportOptions, export
+from models.export.pt2e import FLOAT_DEPTH
 from models.export.quantize import CalibrationImages
 from models.weights.checkpoint import load_model
 from tests.models.export.edge_helpers import needs
@@ -19,14 +20,17 @@ SIZE = 64
 
 
 class _Chain(nn.Module):
-    """conv -> SiLU -> conv -> SiLU -> conv: a first convolution, a quantized middle one and a head."""
+    """conv -> SiLU, FLOAT_DEPTH times (the float stem), then a quantized middle convolution -> SiLU and a head."""
 
     def __init__(self):
         super().__init__()
-        self.first, self.middle, self.last = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3), nn.Conv2d(4, 6, 1)
+        self.stem = nn.ModuleList(nn.Conv2d(3 if i == 0 else 4, 4, 3, padding=1) for i in range(FLOAT_DEPTH))
+        self.middle, self.last = nn.Conv2d(4, 4, 3), nn.Conv2d(4, 6, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.last(nn.functional.silu(self.middle(nn.functional.silu(self.first(x)))))
+        for conv in self.stem:
+            x = nn.functional.silu(conv(x))
+        return self.last(nn.functional.silu(self.middle(x)))
 
 
 def test_every_signature_takes_the_calibrated_ranges():
@@ -67,7 +71,7 @@ def test_int8_tflite_holds_int8_convolutions_behind_float_input_and_output(tmp_p
     tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
     convs = [op for op in interpreter._get_ops_details() if op["op_name"] == "CONV_2D"]
     int8_inputs = [op for op in convs if str(tensors[op["inputs"][0]]["dtype"]).endswith("int8'>")]
-    assert len(int8_inputs) >= len(convs) - 4  # all but the first and the head's three
+    assert len(int8_inputs) >= len(convs) - 8  # all but the stem's five (FLOAT_DEPTH) and the head's three
     runner = interpreter.get_signature_runner()
     [details], [output] = runner.get_input_details().values(), runner.get_output_details().values()
     assert str(details["dtype"]).endswith("float32'>") and str(output["dtype"]).endswith("float32'>")
