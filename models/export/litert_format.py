@@ -15,6 +15,7 @@ arithmetic stays float32 on CPUs). Anchor-free predictions come out as (5 + nc, 
 heads' grids are constants of the graph: every op runs in XNNPACK's partitions, as in Ultralytics' export.
 """
 
+import contextlib
 import json
 import math
 import warnings
@@ -28,6 +29,7 @@ import torch
 from models.export.edge import channel_layout, channel_predictions, import_runtime, require_converter, rows_of
 from models.export.metadata import MAX_METADATA_BYTES, error_line, parse_metadata
 from models.export.runtime import LETTERBOX_GREY, Backend
+from models.export.xnnpack_graph import upsample_after_conv
 from utils.errors import BackendError, ExportError
 from utils.log import LOGGER
 
@@ -104,7 +106,9 @@ def export_litert(job, path: Path) -> Path:
     litert_torch.fx_infra.decomp.add_pre_lower_decomp(torch.ops.aten.pow.Tensor_Scalar, _square)
     shapes = signature_shapes(job)
     try:
-        with warnings.catch_warnings(), channel_predictions(job.model) as layout:
+        # FP32 and FP16: the FPN's convolutions after each upsampling at the low resolution (xnnpack_graph)
+        fewer_macs = contextlib.nullcontext() if job.options.int8 else upsample_after_conv(job.model, job.sample)
+        with warnings.catch_warnings(), channel_predictions(job.model) as layout, fewer_macs:
             warnings.simplefilter("ignore")
             _converted(litert_torch, job, shapes).export(str(path))
     except (MemoryError, torch.OutOfMemoryError):
