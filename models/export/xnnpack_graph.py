@@ -103,6 +103,32 @@ def upsample_after_conv(model: nn.Module, sample: torch.Tensor):
             layers[i + 1].__dict__.pop("forward", None)
 
 
+def _whole_halves_c2f(self: C2f, x: torch.Tensor) -> torch.Tensor:
+    """C2f.forward concatenating cv1's output whole where C2f concatenates its two halves, the same values: the
+    first half's slice, a copy read only by the concatenation, is not made."""
+    y = self.cv1(x)
+    parts, last = [y], y.chunk(2, 1)[1]
+    for block in self.m:
+        last = block(last)
+        parts.append(last)
+    return self.cv2(torch.cat(parts, 1))
+
+
+@contextlib.contextmanager
+def fewer_copies(model: nn.Module, sample: torch.Tensor):
+    """While tracing an FP32 or FP16 graph for XNNPACK (LiteRT, ExecuTorch): upsample_after_conv, and C2f blocks
+    (YOLOv8, YOLO11's C3k2) without their first half's slice; model as before afterwards."""
+    blocks = [m for m in model.modules() if isinstance(m, C2f)]
+    for block in blocks:
+        block.forward = types.MethodType(_whole_halves_c2f, block)
+    try:
+        with upsample_after_conv(model, sample):
+            yield
+    finally:
+        for block in blocks:
+            del block.forward
+
+
 def _last_dim_dfl(self: DFL, x: torch.Tensor) -> torch.Tensor:
     """DFL.forward with the softmax over the last dim (XNNPACK's only one): (B, 4, N, bins) probabilities, weighed
     by the bins 0..15 with a linear layer (its weight a buffer: XNNPACK takes constant weights only)."""
@@ -113,15 +139,15 @@ def _last_dim_dfl(self: DFL, x: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def delegable_model(model: nn.Module, sample: torch.Tensor, constant_grids: bool):
-    """While tracing: the FPN's upsamplings after their convolutions (upsample_after_conv), DFL's softmax over the
-    last dim, and with constant_grids (a static export) the heads' anchor-point caches filled at the sample's shape,
+    """While tracing: fewer_copies (the FPN's upsamplings after their convolutions, C2f's halves), DFL's softmax over
+    the last dim, and with constant_grids (a static export) the heads' anchor-point caches filled at the sample's shape,
     so the graph holds them as constants; model as before afterwards."""
     dfls = [m for m in model.modules() if isinstance(m, DFL)]
     for dfl in dfls:
         dfl.register_buffer("bins_row", dfl.conv.weight.detach().reshape(1, dfl.bins).clone(), persistent=False)
         dfl.forward = types.MethodType(_last_dim_dfl, dfl)
     try:
-        with upsample_after_conv(model, sample):
+        with fewer_copies(model, sample):
             if constant_grids:
                 with torch.no_grad():
                     model(sample)
