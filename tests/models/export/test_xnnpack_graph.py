@@ -1,5 +1,5 @@
-"""The rewrites that keep an FP32 ExecuTorch graph in one XNNPACK delegate (models/export/xnnpack_graph.py) compute
-the values the model computes; a static yolo11n export runs every op in XNNPACK but its two upsamplings."""
+"""The export-time rewrites for XNNPACK's runtimes (models/export/xnnpack_graph.py) compute the values the model
+computes and leave it as it was; a static yolo11n ExecuTorch export runs every op in XNNPACK but its two upsamplings."""
 
 import shutil
 from collections import Counter
@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from models.export.xnnpack_graph import delegable_model, ones_as_arithmetic
+from models.export.xnnpack_graph import delegable_model, fewer_copies, ones_as_arithmetic
 from models.nn.blocks import DFL
 from tests.models.export.edge_helpers import needs
 
@@ -23,6 +23,24 @@ def test_dfl_with_its_softmax_over_the_last_dim_gives_the_same_distances():
     assert softmax.args[1] in (-1, 3)  # XNNPACK's softmax: over the last dim only
     assert torch.allclose(rewritten, expected, atol=1e-5)
     assert "forward" not in dfl.__dict__ and not hasattr(dfl, "bins_row")  # as before afterwards
+
+
+@pytest.mark.parametrize("name", ["weights/yolov5n.pt", "reference/ultralytics/yolo11n_random.pt"])
+def test_fewer_copies_gives_the_model_outputs_and_restores_it(shared, name):
+    from models.export.exporter import InferenceOutput
+    from models.weights.checkpoint import load_model
+
+    model = InferenceOutput(load_model(shared / name, torch.device("cpu"))).eval()
+    x = torch.rand(1, 3, 160, 224, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(x)
+        with fewer_copies(model, torch.zeros(1, 3, 128, 128)):
+            swapped = [m for m in model.modules() if type(m).__name__ == "_UpsampledSum"]
+            rewritten = model(x)
+        again = model(x)
+    assert len(swapped) == (4 if "yolov5" in name else 2)  # C3's two 1x1 convolutions, C3k2's one, per upsampling
+    assert (rewritten - expected).abs().max() <= 1e-5 * expected.abs().max()
+    assert torch.equal(again, expected) and not any(type(m).__name__ == "_UpsampledSum" for m in model.modules())
 
 
 class _Objectness(torch.nn.Module):
