@@ -35,6 +35,7 @@ from models.export.metadata import error_line, openvino_metadata, parse_metadata
 from models.export.pt2e import calls_per_image, int8_quantizer
 from models.export.quantize import CalibrationImages
 from models.export.runtime import Backend
+from models.export.xnnpack_graph import delegable_model, delegable_ops, ones_as_arithmetic
 from utils.errors import BackendError, ExportError
 from utils.log import LOGGER
 
@@ -51,17 +52,22 @@ def export_executorch(job, folder: Path) -> Path:
     dynamic = job.options.dynamic
     sample = job.sample[:1].float() if dynamic else job.sample.float()
     delegated = [c for c in configs.ALL_PARTITIONER_CONFIGS if c is not configs.UnsqueezeCopyConfig or not dynamic]
-    grids = tensor_grids(job.model) if dynamic else contextlib.nullcontext()
-    layout = channel_predictions(job.model)
+    model, int8 = job.model.float().eval(), job.options.int8
+    grids = tensor_grids(model) if dynamic else contextlib.nullcontext()
+    layout = channel_predictions(model)
+    # FP32: rewritten so that one XNNPACK delegate holds the graph (xnnpack_graph); INT8 as PT2E quantizes it
+    delegable = contextlib.nullcontext() if int8 else delegable_model(model, sample, constant_grids=not dynamic)
+    passes = [] if int8 else [delegable_ops]
     with without_top_k(job, "ExecuTorch's XNNPACK") as metadata, grids, layout as channels, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             shapes = _dynamic_sides(sample, int(job.metadata["stride"])) if dynamic else None
-            exported = torch.export.export(job.model.float().eval(), (sample,), dynamic_shapes=shapes)
-            if job.options.int8:
-                exported = _quantized(exported, job.calibration, sample, shapes)
+            with delegable:
+                exported = torch.export.export(model, (sample,), dynamic_shapes=shapes)
+            exported = _quantized(exported, job.calibration, sample, shapes) if int8 else ones_as_arithmetic(exported)
             partitioner = xnnpack.XnnpackPartitioner(configs=delegated)
-            program = exir.to_edge_transform_and_lower(exported, partitioner=[partitioner]).to_executorch()
+            edge = exir.to_edge_transform_and_lower(exported, transform_passes=passes, partitioner=[partitioner])
+            program = edge.to_executorch()
         except (MemoryError, torch.OutOfMemoryError):
             raise
         except Exception as e:  # torch.export's and exir's own error types

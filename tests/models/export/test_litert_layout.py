@@ -1,7 +1,7 @@
-"""LiteRT exports of anchor-free models (models/export/litert_format.py): predictions come out as (B, C, N), the layout
-the head computes in, with the metadata saying so, and the backend's rows equal the .pt's. Slow (one litert-torch
-conversion, --static: one signature); skipped, with the reason, without litert-torch and ai-edge-litert
-(requirements-edge.txt) or ../shared."""
+"""LiteRT exports of anchor-free models (models/export/litert_format.py): FP32 predictions come out as rows (B, N, C),
+the layout LiteRT computes in, so the graph holds no transpose but its input's, and the backend's rows equal the .pt's.
+Slow (one litert-torch conversion, --static: one signature); skipped, with the reason, without litert-torch and
+ai-edge-litert (requirements-edge.txt) or ../shared."""
 
 import shutil
 
@@ -19,15 +19,17 @@ SIZE = 128  # three levels of 16, 8 and 4 cells a side: the smallest input that 
 
 
 @pytest.mark.slow
-def test_anchor_free_export_puts_out_channels_and_gives_the_pt_rows(tmp_path, shared):
+def test_anchor_free_export_puts_out_rows_without_transposes_and_gives_the_pt_rows(tmp_path, shared):
     needs("litert_torch", "ai_edge_litert")
     weights = tmp_path / "yolov8n_random.pt"
     shutil.copy(shared / "reference/ultralytics/yolov8n_random.pt", weights)
     [result] = export(weights, ["litert"], ExportOptions(imgsz=(SIZE, SIZE), dynamic=False), torch.device("cpu"))
-    assert litert_metadata(result.path)["output_layout"] == "channels"
+    assert "output_layout" not in litert_metadata(result.path)
     backend = load_backend(result.path)
     assert len(backend.signatures) == 1 and backend.fixed_shape == (SIZE, SIZE)
-    assert tuple(backend.interpreter.get_output_details()[0]["shape"]) == (1, 85, 336)
+    assert tuple(backend.interpreter.get_output_details()[0]["shape"]) == (1, 336, 85)
+    ops = [op["op_name"] for op in backend.interpreter._get_ops_details()]
+    assert ops.count("TRANSPOSE") == 1 and ops[0] == "TRANSPOSE"  # the NCHW input's only (YOLOv8: no attention)
     model = load_model(weights, torch.device("cpu"))
     set_end2end(model, False)
     images = sorted((shared / "datasets/coco128/images/train2017").glob("*.jpg"))[:2]

@@ -1,0 +1,217 @@
+"""Export-time rewrites that make the FP32 graphs XNNPACK runs (LiteRT, ExecuTorch) cheaper than Ultralytics' exports
+of the same model, every value the same up to float rounding.
+
+Both runtimes: fewer_copies. The FPN's top-down path upsamples a map, concatenates it and runs 1x1 convolutions on
+the concatenation; a 1x1 convolution commutes with a nearest upsampling, so its columns for the upsampled part run at
+the low resolution (upsample_after_conv: 78.6M of yolo11n's ~3.3G multiply-adds fewer at 640, no concatenation), and
+C2f concatenates its first convolution's output whole rather than as its two halves (one slice copy fewer a block).
+
+ExecuTorch (delegable_model, ones_as_arithmetic, delegable_ops): XNNPACK's partitioner leaves out of the delegate an
+op it lacks (a split, a softmax over any dim but the last, an expand, arange, ones_like); each ran in ExecuTorch's
+portable kernels and cut the graph into another delegate, with a layout change of every tensor crossing a cut
+(yolo11n at 640: 17 delegates, 47 ops outside). The same values come from ops XNNPACK has: splits as slices, DFL's
+softmax over its last dim, no-op expands dropped, a static export's anchor points as constants, ones as x * 0 + 1;
+only the nearest upsamplings stay outside (XNNPACK's transposed convolution of ones, their exact substitute, cost 5x
+the portable kernel). yolo11n, 640, 1 thread: ExecuTorch 0.91-0.93x Ultralytics' CPU time, LiteRT 0.97-0.98x
+(docs/export.md). INT8 graphs are not rewritten: their calibration saw the model as it is.
+"""
+
+import contextlib
+import operator
+import types
+
+import torch
+from torch import nn
+
+from models.nn.blocks import DFL, C2f
+from models.nn.common import C3, Concat, Conv
+
+FIRST_CONVS = {C2f: ("cv1",), C3: ("cv1", "cv2")}  # the 1x1 convolutions a block applies to its input (C3k2: C2f)
+
+
+class _UpsampledSum(nn.Module):
+    """A fused 1x1 Conv of cat(upsample(a), b) computed as act(upsample(W_a a) + W_b b + bias): its columns for a at
+    a's resolution, a quarter of the multiplications, then only its output channels upsampled; no concatenation."""
+
+    def __init__(self, conv: Conv, upsample: nn.Upsample, channels_a: int):
+        super().__init__()
+        weight, bias = conv.conv.weight.detach(), conv.conv.bias.detach()
+        self.low = nn.Conv2d(channels_a, weight.shape[0], 1, bias=False).requires_grad_(False)
+        self.high = nn.Conv2d(weight.shape[1] - channels_a, weight.shape[0], 1).requires_grad_(False)
+        self.low.weight.copy_(weight[:, :channels_a])
+        self.high.weight.copy_(weight[:, channels_a:])
+        self.high.bias.copy_(bias)
+        self.upsample = nn.Upsample(scale_factor=upsample.scale_factor, mode="nearest")
+        self.act = conv.act
+
+    def forward(self, pair: list[torch.Tensor]) -> torch.Tensor:
+        a, b = pair
+        return self.act(self.upsample(self.low(a)) + self.high(b))
+
+
+def _first_convs(block: nn.Module) -> tuple[str, ...]:
+    return next((names for kind, names in FIRST_CONVS.items() if isinstance(block, kind)), ())
+
+
+def _commutable(layers: nn.Sequential, i: int, saved) -> bool:
+    """Whether layers i, i + 1, i + 2 are a nearest 2x upsampling, a channel concat of it first and another layer's
+    output, and a block whose first ops are fused 1x1 convolutions, the first two read by nothing else."""
+    up, concat, block = layers[i : i + 3]
+    if not (isinstance(up, nn.Upsample) and up.mode == "nearest" and isinstance(concat, Concat)):
+        return False
+    convs = [getattr(block, name) for name in _first_convs(block)]
+    fused = convs and all(not hasattr(c, "bn") and c.conv.kernel_size == (1, 1) and c.conv.groups == 1 for c in convs)
+    wired = concat.d == 1 and isinstance(concat.f, list) and len(concat.f) == 2 and concat.f[0] == -1
+    return bool(fused) and wired and block.f == -1 and i not in saved and i + 1 not in saved
+
+
+@contextlib.contextmanager
+def upsample_after_conv(model: nn.Module, sample: torch.Tensor):
+    """While tracing: each upsample -> concat -> block of 1x1 convolutions (the FPN's top-down path of every YOLO
+    family) computes those convolutions' part for the upsampled input at its low resolution and adds the parts
+    (_UpsampledSum): the same values up to rounding, fewer multiplications, no concatenation. As before afterwards."""
+    network = getattr(model, "model", None)  # the exporter's InferenceOutput wraps the Model
+    layers = getattr(network, "model", None)
+    saved = set(getattr(network, "save", ()))
+    found = (
+        [i for i in range(len(layers) - 2) if _commutable(layers, i, saved)]
+        if isinstance(layers, nn.Sequential)
+        else []
+    )
+    if not found:
+        yield
+        return
+    channels = {}
+
+    def record(module: nn.Module, inputs: tuple) -> None:
+        channels[module] = inputs[0].shape[1]
+
+    hooks = [layers[i].register_forward_pre_hook(record) for i in found]
+    with torch.no_grad():
+        model(sample)
+    for hook in hooks:
+        hook.remove()
+    swapped = []
+    for i in found:
+        up, concat, block = layers[i : i + 3]
+        up.forward, concat.forward = (lambda x: x), list  # the block's convolutions get [a, b]
+        for name in _first_convs(block):
+            swapped.append((block, name, getattr(block, name)))
+            setattr(block, name, _UpsampledSum(getattr(block, name), up, channels[up]))
+    try:
+        yield
+    finally:
+        for block, name, conv in swapped:
+            setattr(block, name, conv)
+        for i in found:
+            layers[i].__dict__.pop("forward", None)
+            layers[i + 1].__dict__.pop("forward", None)
+
+
+def _whole_halves_c2f(self: C2f, x: torch.Tensor) -> torch.Tensor:
+    """C2f.forward concatenating cv1's output whole where C2f concatenates its two halves, the same values: the
+    first half's slice, a copy read only by the concatenation, is not made."""
+    y = self.cv1(x)
+    parts, last = [y], y.chunk(2, 1)[1]
+    for block in self.m:
+        last = block(last)
+        parts.append(last)
+    return self.cv2(torch.cat(parts, 1))
+
+
+@contextlib.contextmanager
+def fewer_copies(model: nn.Module, sample: torch.Tensor):
+    """While tracing an FP32 or FP16 graph for XNNPACK (LiteRT, ExecuTorch): upsample_after_conv, and C2f blocks
+    (YOLOv8, YOLO11's C3k2) without their first half's slice; model as before afterwards."""
+    blocks = [m for m in model.modules() if isinstance(m, C2f)]
+    for block in blocks:
+        block.forward = types.MethodType(_whole_halves_c2f, block)
+    try:
+        with upsample_after_conv(model, sample):
+            yield
+    finally:
+        for block in blocks:
+            del block.forward
+
+
+def _last_dim_dfl(self: DFL, x: torch.Tensor) -> torch.Tensor:
+    """DFL.forward with the softmax over the last dim (XNNPACK's only one): (B, 4, N, bins) probabilities, weighed
+    by the bins 0..15 with a linear layer (its weight a buffer: XNNPACK takes constant weights only)."""
+    b, _, n = x.shape
+    probabilities = x.reshape(b, 4, self.bins, n).transpose(2, 3).softmax(-1)
+    return nn.functional.linear(probabilities, self.bins_row).reshape(b, 4, n)
+
+
+@contextlib.contextmanager
+def delegable_model(model: nn.Module, sample: torch.Tensor, constant_grids: bool):
+    """While tracing: fewer_copies (the FPN's upsamplings after their convolutions, C2f's halves), DFL's softmax over
+    the last dim, and with constant_grids (a static export) the heads' anchor-point caches filled at the sample's shape,
+    so the graph holds them as constants; model as before afterwards."""
+    dfls = [m for m in model.modules() if isinstance(m, DFL)]
+    for dfl in dfls:
+        dfl.register_buffer("bins_row", dfl.conv.weight.detach().reshape(1, dfl.bins).clone(), persistent=False)
+        dfl.forward = types.MethodType(_last_dim_dfl, dfl)
+    try:
+        with fewer_copies(model, sample):
+            if constant_grids:
+                with torch.no_grad():
+                    model(sample)
+            yield
+    finally:
+        for dfl in dfls:
+            dfl.__dict__.pop("forward", None)
+            del dfl.bins_row
+
+
+def ones_as_arithmetic(exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Each ones_like(x) of the exported ATen graph as x * 0 + 1 (x finite: the head's class probabilities)."""
+    graph, aten = exported.graph_module.graph, torch.ops.aten
+    for node in [n for n in graph.nodes if n.op == "call_function" and n.target is aten.ones_like.default]:
+        with graph.inserting_before(node):
+            zeros = graph.call_function(aten.mul.Tensor, (node.args[0], 0.0))
+            ones = graph.call_function(aten.add.Tensor, (zeros, 1.0))
+        zeros.meta, ones.meta = dict(node.meta), dict(node.meta)
+        node.replace_all_uses_with(ones)
+        graph.erase_node(node)
+    exported.graph_module.recompile()
+    return exported
+
+
+def _splits_as_slices(graph, edge) -> None:
+    """Each split_with_sizes_copy's outputs as slice_copy ops of its input (XNNPACK has slices, not splits)."""
+    for node in [n for n in graph.nodes if n.target is edge.split_with_sizes_copy.default]:
+        x, sizes = node.args[0], node.args[1]
+        dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        for user in list(node.users):  # getitem(split, i)
+            if user.target is not operator.getitem:
+                break
+            i = user.args[1]
+            with graph.inserting_before(user):
+                part = graph.call_function(edge.slice_copy.Tensor, (x, dim, starts[i], starts[i] + sizes[i]))
+            part.meta = dict(user.meta)
+            user.replace_all_uses_with(part)
+            graph.erase_node(user)
+        if not node.users:
+            graph.erase_node(node)
+
+
+def _drop_noop_expands(graph, edge) -> None:
+    """expand_copy ops to the shape their input has (a 4-D matmul's broadcast): the input itself."""
+    for node in [n for n in graph.nodes if n.target is edge.expand_copy.default]:
+        x = node.args[0]
+        if tuple(x.meta["val"].shape) == tuple(node.meta["val"].shape):
+            node.replace_all_uses_with(x)
+            graph.erase_node(node)
+
+
+def delegable_ops(graph_module: torch.fx.GraphModule):
+    """An ExecuTorch transform pass (edge dialect, before partitioning): splits as slices, no-op expands dropped."""
+    from executorch.exir.dialects._ops import ops
+    from executorch.exir.pass_base import PassResult
+
+    _splits_as_slices(graph_module.graph, ops.edge.aten)
+    _drop_noop_expands(graph_module.graph, ops.edge.aten)
+    graph_module.graph.eliminate_dead_code()
+    graph_module.recompile()
+    return PassResult(graph_module, True)
