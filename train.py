@@ -17,7 +17,7 @@ import torch.distributed as dist
 from utils.cli import run_cli
 from utils.data.hyp import load_hyp
 from utils.log import set_logging
-from utils.torch_utils import select_device
+from utils.torch_utils import fit_threads_to_idle_cores, select_device
 from utils.train.callbacks import Callback
 from utils.train.config import TrainConfig
 from utils.train.distributed import MAIN_PROCESS, start_distributed
@@ -57,18 +57,26 @@ def setup_run(opt: argparse.Namespace) -> tuple[TrainConfig, torch.device, dict 
     return config, device, resume_ckpt
 
 
-def _train(opt: argparse.Namespace, callbacks: list[Callback] | None) -> None:
-    """Set up (options, resume, device, distributed) and train, or evolve hyperparameters with --evolve."""
+def _train(opt: argparse.Namespace, callbacks: list[Callback] | None, fit_threads: bool) -> None:
+    """Set up (options, resume, device, distributed) and train, or evolve hyperparameters with --evolve.
+
+    fit_threads (the command line): on a CPU, torch's threads cut to the cores other processes leave idle. Two
+    threads on a 2-core CPU that other jobs also use spun in their parallel regions: a yolo11n-seg step at load 13
+    cost ~10x the CPU seconds of a one-thread step (docs/segmentation.md)."""
     if opt.evolve:
         evolve(run_config(opt)[0], callbacks)
-    else:
-        train(*setup_run(opt), callbacks=callbacks)
+        return
+    config, device, resume_ckpt = setup_run(opt)
+    if fit_threads and device.type == "cpu":
+        fit_threads_to_idle_cores()
+    train(config, device, resume_ckpt, callbacks=callbacks)
 
 
-def main(opt: argparse.Namespace, callbacks: list[Callback] | None = None) -> int:
-    """Run training from parsed options (plus callbacks, e.g. a logger); 0 on success, 1 with a one-line error."""
+def main(opt: argparse.Namespace, callbacks: list[Callback] | None = None, fit_threads: bool = False) -> int:
+    """Run training from parsed options (plus callbacks, e.g. a logger); 0 on success, 1 with a one-line error.
+    fit_threads: fit torch's CPU threads to the idle cores (the command line does; see _train)."""
     try:
-        return run_cli(lambda: _train(opt, callbacks))
+        return run_cli(lambda: _train(opt, callbacks, fit_threads))
     finally:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
@@ -83,4 +91,4 @@ def run(**kwargs) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(parse_opt()))
+    sys.exit(main(parse_opt(), fit_threads=True))

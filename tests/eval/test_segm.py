@@ -15,7 +15,9 @@ from utils.eval.segm import label_segmentations, rle_area, segmentation_rle
 from utils.infer.masks import crop_rle, instance_masks, letterbox_mapping
 
 
-def test_crop_rle_equals_pycocotools_encode_of_the_full_frame():
+@pytest.mark.parametrize("small_frames", [0, 2**17])  # 0: every frame by the runs of its crop
+def test_crop_rle_equals_pycocotools_encode_of_the_full_frame(monkeypatch, small_frames):
+    monkeypatch.setattr("utils.infer.masks.SMALL_FRAME_PIXELS", small_frames)
     rng = np.random.default_rng(0)
     for trial in range(400):
         height, width = (int(v) for v in rng.integers(1, 40, 2))

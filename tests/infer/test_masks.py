@@ -76,3 +76,17 @@ def test_draw_masks_colours_only_mask_pixels():
     crop[1:3, 2:5] = True
     draw_masks(image, InstanceMasks((20, 30), [(4, 7)], [crop]), [(0, 0, 200)], alpha=0.5)
     assert (image[8:10, 6:9, 2] == 100).all() and image.sum() == 6 * 100
+
+
+def test_draw_masks_blends_overlapping_masks_in_order_as_the_float_formula():
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    origins = [(int(x), int(y)) for x, y in rng.integers(0, 20, (6, 2))]
+    crops = [rng.random((int(h), int(w))) < 0.6 for h, w in rng.integers(1, 20, (6, 2))]
+    colors = [tuple(int(v) for v in rng.integers(0, 256, 3)) for _ in crops]
+    expected = image.copy()
+    for (x, y), crop, colour in zip(origins, crops, colors):  # each mask over the ones before it
+        region = expected[y : y + crop.shape[0], x : x + crop.shape[1]]
+        region[crop] = (region[crop] * 0.5 + np.asarray(colour, np.float32) * 0.5).astype(np.uint8)
+    drawn = draw_masks(image, InstanceMasks((40, 50), origins, crops), colors, alpha=0.5)
+    assert drawn is image and (image == expected).all()
