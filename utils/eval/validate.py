@@ -8,6 +8,7 @@ maximal mean F1.
 """
 
 import contextlib
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -232,7 +233,7 @@ class _Run:
 
     def all_batches(self, dataloader, compute_loss) -> list[float]:
         """Run every batch; the mean loss items per batch (three zeros without compute_loss)."""
-        loss = None
+        loss, plots = None, []
         bar = tqdm(dataloader, desc=TABLE_HEADER, bar_format=PROGRESS_BAR, disable=not self.opts.verbose)
         for batch_i, (im, targets, paths, shapes, *rest) in enumerate(bar):
             im, targets, output, outputs = self.batch(im, targets)
@@ -244,13 +245,24 @@ class _Run:
                 labels, image_protos = targets[targets[:, 0] == si, 1:], None if protos is None else protos[si]
                 self.image(det, labels, im.shape[2:], paths[si], shapes[si], image_protos)
             if self.opts.plots and batch_i < 3:
-                folder, names = Path(self.opts.save_dir), self.names
-                save_batch_plot(im, targets, paths, folder / f"val_batch{batch_i}_labels.jpg", names)
-                save_batch_plot(
-                    im, _predictions_to_targets(output), paths, folder / f"val_batch{batch_i}_pred.jpg", names
-                )
+                plots.append(self.plot_batch(batch_i, im, targets, output, paths))
+        for thread in plots:  # every plot is written before the run reports
+            thread.join()
         loss = torch.zeros(3) if loss is None else loss
         return (loss.cpu() / max(len(dataloader), 1)).tolist()
+
+    def plot_batch(self, batch_i: int, im, targets, output, paths) -> threading.Thread:
+        """val_batch{i}_labels.jpg and _pred.jpg, drawn on a thread of their own: drawing and JPEG encoding release
+        the GIL, so they overlap the next batches' loading and inference (as YOLOv5's val.py draws them)."""
+        folder, names, predicted = Path(self.opts.save_dir), self.names, _predictions_to_targets(output)
+
+        def draw() -> None:
+            save_batch_plot(im, targets, paths, folder / f"val_batch{batch_i}_labels.jpg", names)
+            save_batch_plot(im, predicted, paths, folder / f"val_batch{batch_i}_pred.jpg", names)
+
+        thread = threading.Thread(target=draw, name=f"val_batch{batch_i}_plots")
+        thread.start()
+        return thread
 
     def loss_items(self, compute_loss, outputs, targets: torch.Tensor, rest: list) -> torch.Tensor:
         """One batch's loss items: a segment model's from its whole outputs, the targets and the batch's masks; a
