@@ -151,24 +151,17 @@ def _class_name(names, cls: int) -> str:
 
 
 def _as_uint8_images(images) -> np.ndarray:
-    """(B, 3, H, W) uint8 from uint8 or float images (floats in [0, 1] are scaled to 0-255).
+    """(B, 3, H, W) uint8 from uint8 or float images, tensors or arrays (floats in [0, 1] are scaled to 0-255,
+    then clipped and truncated).
 
-    A tensor is converted by torch in one threaded pass, uint8 kept as it is: numpy's float32 round trip of a
-    (32, 3, 640, 640) validation batch took 3.3 s of CPU, a quarter of test.py's main thread with an INT8 model."""
-    if isinstance(images, torch.Tensor):
-        images = images.detach()
-        if images.dtype != torch.uint8:
-            images = images.float()
-            scale = 255.0 if images.numel() == 0 or float(images.amax()) <= 1.0 else 1.0
-            images = images.mul(scale).clamp_(0, 255).to(torch.uint8)  # truncates, as numpy's astype does
-        return images.cpu().numpy()
-    images = np.asarray(images)
-    if images.dtype != np.uint8:
-        images = images.astype(np.float32)
-        if images.max(initial=0.0) <= 1.0:
-            images = images * 255
-        images = images.clip(0, 255).astype(np.uint8)
-    return images
+    Converted by torch in one threaded pass, uint8 kept as it is: numpy's float32 round trip of a (32, 3, 640, 640)
+    validation batch took 3.3 s of CPU, a quarter of test.py's main thread with an INT8 model."""
+    images = images.detach() if isinstance(images, torch.Tensor) else torch.as_tensor(np.asarray(images))
+    if images.dtype != torch.uint8:
+        images = images.float()
+        scale = 255.0 if images.numel() == 0 or float(images.amax()) <= 1.0 else 1.0
+        images = images.mul(scale).clamp_(0, 255).to(torch.uint8)  # .to truncates, as numpy's astype does
+    return images.cpu().numpy()
 
 
 def _tile(images: np.ndarray, ns: int, max_size: int) -> tuple[np.ndarray, float, int, int]:

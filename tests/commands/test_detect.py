@@ -294,14 +294,16 @@ def test_plot_images_labels_and_predictions(tmp_path):
 
 
 def test_plot_images_tensor_conversion_matches_numpy():
-    """Tensors are converted by torch: the same bytes as the numpy path for floats in [0, 1] and in 0-255."""
+    """Tensors and arrays give the bytes of numpy's float32 round trip: [0, 1] scaled, 0-255 clipped, truncated."""
     from utils.plots import _as_uint8_images
 
     unit = torch.rand(2, 3, 16, 24, generator=torch.Generator().manual_seed(0))
-    for images in (unit, unit * 300 - 20):  # [0, 1] is scaled; 0-255 floats are clipped, not scaled
-        expected = _as_uint8_images(images.numpy())
-        assert expected.dtype == np.uint8
-        np.testing.assert_array_equal(_as_uint8_images(images), expected)
+    for images, scale in ((unit, 255), (unit * 300 - 20, 1)):  # [0, 1] is scaled; 0-255 floats are clipped
+        expected = (images.numpy().astype(np.float32) * scale).clip(0, 255).astype(np.uint8)
+        for given in (images, images.numpy()):
+            converted = _as_uint8_images(given)
+            assert converted.dtype == np.uint8
+            np.testing.assert_array_equal(converted, expected)
     uint8 = (unit * 255).to(torch.uint8)
     np.testing.assert_array_equal(_as_uint8_images(uint8), uint8.numpy())
     assert _as_uint8_images(torch.zeros(0, 3, 8, 8)).shape == (0, 3, 8, 8)

@@ -34,7 +34,7 @@ from utils.infer.masks import crop_rle, iter_instance_masks
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER, PROGRESS_BAR, one_line
 from utils.plots import save_batch_plot
-from utils.torch_utils import time_sync
+from utils.torch_utils import time_sync, unit_images
 
 
 @dataclass
@@ -278,11 +278,7 @@ class _Run:
         opts = self.opts
         t0 = time_sync(self.device)
         im = im.to(self.device, non_blocking=True)
-        if opts.channels_last:  # reordered while still uint8: a quarter of the bytes of the float batch
-            im = im.contiguous(memory_format=torch.channels_last)
-        # one new tensor, scaled in place (the float conversion then the division made two: 0.21 s against 0.11 s
-        # of CPU for a batch of 32 at 640); copy=True so that a float batch from a caller is never divided in place
-        im = im.to(torch.float16 if self.half else torch.float32, copy=True).div_(255)
+        im = unit_images(im, torch.float16 if self.half else torch.float32, opts.channels_last)
         targets = targets.to(self.device)
         t1 = time_sync(self.device)
         with self.autocast:

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 from utils.log import LOGGER
-from utils.torch_utils import ModelEMA, cpu_supports_bf16, de_parallel
+from utils.torch_utils import ModelEMA, cpu_supports_bf16, de_parallel, unit_images
 
 NBS = 64  # nominal batch size: gradients are accumulated up to it and weight decay is scaled to it
 MAX_GRAD_NORM = 10.0
@@ -185,7 +185,8 @@ def prepare_images(
 ) -> torch.Tensor:
     """A loader's uint8 batch as 0-1 floats on the device, resized to a random multiple of grid in [0.5, 1.5] x imgsz
     under --multi-scale, NHWC given channels_last (utils.torch_utils.prefers_channels_last)."""
-    images = images.to(device, non_blocking=True).float() / 255
+    # NHWC at once unless a resize follows (bilinear interpolation takes floats; the layout is set after it)
+    images = unit_images(images.to(device, non_blocking=True), torch.float32, channels_last and not multi_scale)
     if multi_scale:
         size = random.randrange(int(imgsz * 0.5), int(imgsz * 1.5) + grid) // grid * grid
         factor = size / max(images.shape[2:])
