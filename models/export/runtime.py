@@ -46,6 +46,10 @@ class Backend(nn.Module):
     # Inputs the runtime runs side by side (OpenVINO's streams): a batch's runs, and start()ed inputs, share them out
     parallel_runs = 1
     last_line = False  # whether the runtime's exception text has its cause on its last line (OpenVINO)
+    # What forward() takes: float images in [0, 1], or where the runtime scales them inside its graph (OpenVINO), the
+    # uint8 images themselves, which the engines then give it (utils.torch_utils.model_inputs); floats given to such
+    # a backend are turned back into uint8 first
+    uint8_input = False
 
     def __init__(self, path: Path, meta: dict, device: torch.device):
         super().__init__()
@@ -182,6 +186,8 @@ class Backend(nn.Module):
         return started[1].result() if started else self._forward(x)
 
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None] | MaskOutputs:
+        if self.uint8_input and x.is_floating_point():  # a caller's [0, 1] floats, as the uint8 they came from
+            x = x.mul(255).round_().clamp_(0, 255).to(torch.uint8)
         h, w = x.shape[2:]
         run_h, run_w = self.run_shape(x.shape[0], h, w)
         if h > run_h or w > run_w:
@@ -242,12 +248,13 @@ def _centred(x: torch.Tensor, run_hw: tuple[int, int], top_left: tuple[int, int]
     torch's OpenMP threads, which then spin beside the runtime's own threads (utils/infer/predict.py prepares the
     inputs of such runtimes in NumPy for the same reason)."""
     (top, left), (h, w) = top_left, x.shape[2:]
+    grey = LETTERBOX_GREY if x.is_floating_point() else round(LETTERBOX_GREY * 255)
     if x.device.type != "cpu":
-        canvas = x.new_full((*x.shape[:2], *run_hw), LETTERBOX_GREY)
+        canvas = x.new_full((*x.shape[:2], *run_hw), grey)
         canvas[..., top : top + h, left : left + w] = x
         return canvas
     array = x.numpy()
-    canvas = np.full((*x.shape[:2], *run_hw), LETTERBOX_GREY, array.dtype)
+    canvas = np.full((*x.shape[:2], *run_hw), grey, array.dtype)
     canvas[..., top : top + h, left : left + w] = array
     return torch.from_numpy(canvas)
 

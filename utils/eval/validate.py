@@ -34,7 +34,7 @@ from utils.infer.masks import crop_rle, iter_instance_masks
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER, PROGRESS_BAR, one_line
 from utils.plots import save_batch_plot
-from utils.torch_utils import time_sync, unit_images
+from utils.torch_utils import model_inputs, time_sync
 
 
 @dataclass
@@ -278,7 +278,7 @@ class _Run:
         opts = self.opts
         t0 = time_sync(self.device)
         im = im.to(self.device, non_blocking=True)
-        im = unit_images(im, torch.float16 if self.half else torch.float32, opts.channels_last)
+        im = model_inputs(im, self.model, torch.float16 if self.half else torch.float32, opts.channels_last)
         targets = targets.to(self.device)
         t1 = time_sync(self.device)
         with self.autocast:

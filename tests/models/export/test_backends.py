@@ -24,7 +24,7 @@ from utils.data.augment import letterbox
 from utils.errors import BackendError
 from utils.eval.coco_io import COCO80_NAMES
 from utils.images import read_image_checked
-from utils.torch_utils import cpu_supports_bf16
+from utils.torch_utils import cpu_supports_bf16, model_inputs
 
 ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("yolo_test", ROOT / "test.py")  # 'test' is a stdlib package
@@ -104,6 +104,26 @@ def test_static_export_matches_pytorch_and_carries_metadata(static_exports, shar
     )
     with pytest.raises(BackendError, match="static 128x128 export"):
         backend(torch.zeros(1, 3, 160, 128))
+
+
+@pytest.mark.slow
+def test_openvino_takes_uint8_images_as_the_floats_they_make(static_exports, shared):
+    """An OpenVINO export declares uint8 input (the engines then skip their float conversion); its graph makes the
+    [0, 1] floats of torch's division bit for bit: its outputs on uint8 images are the exported graph's on the
+    floats, exactly. Floats given to it (a smaller input, centred in letterbox grey) give what their uint8 give."""
+    ov = pytest.importorskip("openvino")
+    path = _backend_path(static_exports, "openvino")
+    backend = load_backend(path, "cpu")
+    x = _input(shared, (128, 128), auto=False)
+    images = (x * 255).round().to(torch.uint8)
+    assert backend.uint8_input and torch.equal(images.float() / 255, x)
+    assert model_inputs(images, backend, torch.float32, False) is images
+    config = {"INFERENCE_NUM_THREADS": torch.get_num_threads(), "INFERENCE_PRECISION_HINT": "f32"}
+    floats = ov.Core().compile_model(str(next(path.glob("*.xml"))), "CPU", config)
+    with torch.no_grad():
+        assert torch.equal(backend(images)[0], torch.from_numpy(floats([x.numpy()])[0]))
+        rect = _input(shared, (128, 128), auto=True)
+        assert torch.equal(backend(rect)[0], backend((rect * 255).round().to(torch.uint8))[0])
 
 
 @pytest.mark.slow
