@@ -35,7 +35,7 @@ from models.export.metadata import error_line, openvino_metadata, parse_metadata
 from models.export.pt2e import calls_per_image, int8_quantizer
 from models.export.quantize import CalibrationImages
 from models.export.runtime import Backend
-from models.export.xnnpack_graph import delegable_model, delegable_ops, ones_as_arithmetic
+from models.export.xnnpack_graph import delegable_model, delegable_ops, ones_as_arithmetic, sizes_from_input
 from utils.errors import BackendError, ExportError
 from utils.log import LOGGER
 
@@ -91,7 +91,9 @@ def _dynamic_sides(sample: torch.Tensor, stride: int) -> tuple[dict, ...]:
 
 def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes) -> torch.export.ExportedProgram:
     """The exported program quantized to int8 by XNNPACK's PT2E quantizer, calibrated on images (one forward pass
-    each through the observed graph), exported again with the same input shapes for lowering."""
+    each through the observed graph), exported again with the same input shapes for lowering; a shape-dynamic one
+    reads its sizes off the input (xnnpack_graph.sizes_from_input: else YOLO11's and YOLO26's attention left a
+    quantized convolution outside XNNPACK, and the export failed)."""
     xnnpack = require_converter("executorch.backends.xnnpack.quantizer.xnnpack_quantizer", "ExecuTorch")
     pt2e = require_converter("torchao.quantization.pt2e.quantize_pt2e", "ExecuTorch INT8 (torchao)")
     graph = exported.module()
@@ -102,7 +104,8 @@ def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes
         image = torch.from_numpy(array)
         observed(image if shapes else image.expand(len(sample), -1, -1, -1))  # a static export's batch
     LOGGER.info(f"ExecuTorch INT8: calibrated on {len(images)} images; the stem and the last convolutions in float")
-    return torch.export.export(pt2e.convert_pt2e(observed), (sample,), dynamic_shapes=shapes)
+    quantized = torch.export.export(pt2e.convert_pt2e(observed), (sample,), dynamic_shapes=shapes)
+    return sizes_from_input(quantized) if shapes else quantized
 
 
 def executorch_metadata(folder: Path) -> dict:

@@ -177,6 +177,31 @@ def ones_as_arithmetic(exported: torch.export.ExportedProgram) -> torch.export.E
     return exported
 
 
+def sizes_from_input(exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Each size a shape-dynamic graph reads off an inner tensor (aten.sym_size: C2PSA's attention reshapes by its
+    map's height and width) read off the input instead, divided by that tensor's stride: the same value. In an INT8
+    graph the inner tensor is a quantized convolution's output, and XNNPACK's partitioner takes such a convolution
+    only when its output quantization is its one reader: with a size read too it was left outside the delegate, its
+    per-channel weight dequantized by an op ExecuTorch's portable kernels lack ("Missing out variants")."""
+    graph, signature = exported.graph_module.graph, exported.graph_signature
+    x = next(n for n in graph.nodes if n.op == "placeholder" and n.name in signature.user_inputs)
+    sides = [(dim, side) for dim, side in enumerate(x.meta["val"].shape) if isinstance(side, torch.SymInt)]
+    reads = [n for n in graph.nodes if n.target is torch.ops.aten.sym_size.int and n.args[0] is not x]
+    for node in reads:
+        size = node.meta["val"]
+        dim, side = next(((d, s) for d, s in sides if (s.node.expr / size.node.expr).is_Integer), (None, None))
+        if side is None:  # not a whole fraction of an input side: left as it is
+            continue
+        with graph.inserting_before(node):
+            read = graph.call_function(torch.ops.aten.sym_size.int, (x, dim))
+            quotient = graph.call_function(operator.floordiv, (read, int(side.node.expr / size.node.expr)))
+        read.meta["val"], quotient.meta["val"] = side, size
+        node.replace_all_uses_with(quotient)
+        graph.erase_node(node)
+    exported.graph_module.recompile()
+    return exported
+
+
 def _splits_as_slices(graph, edge) -> None:
     """Each split_with_sizes_copy's outputs as slice_copy ops of its input (XNNPACK has slices, not splits)."""
     for node in [n for n in graph.nodes if n.target is edge.split_with_sizes_copy.default]:
