@@ -49,6 +49,7 @@ def export_executorch(job, folder: Path) -> Path:
     exir = require_converter("executorch.exir", "ExecuTorch")
     xnnpack = require_converter("executorch.backends.xnnpack.partition.xnnpack_partitioner", "ExecuTorch")
     configs = require_converter("executorch.backends.xnnpack.partition.config", "ExecuTorch")
+    fold = require_converter("executorch.exir.passes.constant_prop_pass", "ExecuTorch").constant_prop_pass
     dynamic = job.options.dynamic
     sample = job.sample[:1].float() if dynamic else job.sample.float()
     delegated = [c for c in configs.ALL_PARTITIONER_CONFIGS if c is not configs.UnsqueezeCopyConfig or not dynamic]
@@ -64,7 +65,7 @@ def export_executorch(job, folder: Path) -> Path:
             shapes = _dynamic_sides(sample, int(job.metadata["stride"])) if dynamic else None
             with delegable:
                 exported = torch.export.export(model, (sample,), dynamic_shapes=shapes)
-            exported = _quantized(exported, job.calibration, sample, shapes) if int8 else ones_as_arithmetic(exported)
+            exported = _quantized(exported, job.calibration, sample, shapes) if int8 else _folded(exported, fold)
             partitioner = xnnpack.XnnpackPartitioner(configs=delegated)
             edge = exir.to_edge_transform_and_lower(exported, transform_passes=passes, partitioner=[partitioner])
             program = edge.to_executorch()
@@ -80,6 +81,12 @@ def export_executorch(job, folder: Path) -> Path:
     said = f"sides multiples of {job.metadata['stride']} up to {h}x{w} plus one stride, one image per run"
     LOGGER.info(f"ExecuTorch: {said if dynamic else f'static {sample.shape[0]}x3x{h}x{w} input'}")
     return folder
+
+
+def _folded(exported: torch.export.ExportedProgram, fold) -> torch.export.ExportedProgram:
+    """An FP32 program's constants folded by fold (exir's constant_prop_pass: DFL.last_dim's view of the bins
+    becomes the constant weight XNNPACK's linear layer needs) and its ones_like ops as arithmetic."""
+    return ones_as_arithmetic(fold(exported))
 
 
 def _dynamic_sides(sample: torch.Tensor, stride: int) -> tuple[dict, ...]:
