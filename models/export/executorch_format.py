@@ -35,7 +35,7 @@ from models.export.metadata import error_line, openvino_metadata, parse_metadata
 from models.export.pt2e import calls_per_image, int8_quantizer
 from models.export.quantize import CalibrationImages
 from models.export.runtime import Backend
-from models.export.xnnpack_graph import delegable_model, delegable_ops, ones_as_arithmetic
+from models.export.xnnpack_graph import delegable_model, delegable_ops, ones_as_arithmetic, sizes_from_input
 from utils.errors import BackendError, ExportError
 from utils.log import LOGGER
 
@@ -49,6 +49,7 @@ def export_executorch(job, folder: Path) -> Path:
     exir = require_converter("executorch.exir", "ExecuTorch")
     xnnpack = require_converter("executorch.backends.xnnpack.partition.xnnpack_partitioner", "ExecuTorch")
     configs = require_converter("executorch.backends.xnnpack.partition.config", "ExecuTorch")
+    fold = require_converter("executorch.exir.passes.constant_prop_pass", "ExecuTorch").constant_prop_pass
     dynamic = job.options.dynamic
     sample = job.sample[:1].float() if dynamic else job.sample.float()
     delegated = [c for c in configs.ALL_PARTITIONER_CONFIGS if c is not configs.UnsqueezeCopyConfig or not dynamic]
@@ -64,7 +65,7 @@ def export_executorch(job, folder: Path) -> Path:
             shapes = _dynamic_sides(sample, int(job.metadata["stride"])) if dynamic else None
             with delegable:
                 exported = torch.export.export(model, (sample,), dynamic_shapes=shapes)
-            exported = _quantized(exported, job.calibration, sample, shapes) if int8 else ones_as_arithmetic(exported)
+            exported = _quantized(exported, job.calibration, sample, shapes) if int8 else _folded(exported, fold)
             partitioner = xnnpack.XnnpackPartitioner(configs=delegated)
             edge = exir.to_edge_transform_and_lower(exported, transform_passes=passes, partitioner=[partitioner])
             program = edge.to_executorch()
@@ -82,6 +83,12 @@ def export_executorch(job, folder: Path) -> Path:
     return folder
 
 
+def _folded(exported: torch.export.ExportedProgram, fold) -> torch.export.ExportedProgram:
+    """An FP32 program's constants folded by fold (exir's constant_prop_pass: DFL.last_dim's view of the bins
+    becomes the constant weight XNNPACK's linear layer needs) and its ones_like ops as arithmetic."""
+    return ones_as_arithmetic(fold(exported))
+
+
 def _dynamic_sides(sample: torch.Tensor, stride: int) -> tuple[dict, ...]:
     """torch.export's dynamic_shapes for the input: height and width any multiple of stride up to the sample's plus
     one stride (test.py's rectangular batches at 640 reach 672: half a stride of padding each side)."""
@@ -91,7 +98,9 @@ def _dynamic_sides(sample: torch.Tensor, stride: int) -> tuple[dict, ...]:
 
 def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes) -> torch.export.ExportedProgram:
     """The exported program quantized to int8 by XNNPACK's PT2E quantizer, calibrated on images (one forward pass
-    each through the observed graph), exported again with the same input shapes for lowering."""
+    each through the observed graph), exported again with the same input shapes for lowering; a shape-dynamic one
+    reads its sizes off the input (xnnpack_graph.sizes_from_input: else YOLO11's and YOLO26's attention left a
+    quantized convolution outside XNNPACK, and the export failed)."""
     xnnpack = require_converter("executorch.backends.xnnpack.quantizer.xnnpack_quantizer", "ExecuTorch")
     pt2e = require_converter("torchao.quantization.pt2e.quantize_pt2e", "ExecuTorch INT8 (torchao)")
     graph = exported.module()
@@ -102,7 +111,8 @@ def _quantized(exported, images: CalibrationImages, sample: torch.Tensor, shapes
         image = torch.from_numpy(array)
         observed(image if shapes else image.expand(len(sample), -1, -1, -1))  # a static export's batch
     LOGGER.info(f"ExecuTorch INT8: calibrated on {len(images)} images; the stem and the last convolutions in float")
-    return torch.export.export(pt2e.convert_pt2e(observed), (sample,), dynamic_shapes=shapes)
+    quantized = torch.export.export(pt2e.convert_pt2e(observed), (sample,), dynamic_shapes=shapes)
+    return sizes_from_input(quantized) if shapes else quantized
 
 
 def executorch_metadata(folder: Path) -> dict:

@@ -22,7 +22,6 @@ NHWC maps already hold them in (nhwc_rows: no transpose but the input's). INT8 k
 import contextlib
 import json
 import math
-import types
 import warnings
 import zipfile
 from dataclasses import dataclass, field
@@ -75,31 +74,13 @@ def shape_metadata(job, shapes: list[tuple[int, int]]) -> dict:
     return {"dynamic": dynamic, "batch": job.sample.shape[0], "imgsz": [h, w], "precision": job.options.precision}
 
 
-def _row_predictions(self, x: list[torch.Tensor]) -> torch.Tensor:
-    """AnchorFreeDetect's predictions as rows (B, N, 5 + nc), computed in the layout LiteRT runs in (NHWC): each
-    map's pixels are rows as they lie, DFL's softmax runs over its last dim, and no transpose is left in the graph
-    (the (B, C, N) layout cost seven, 1.75M elements at 640). Values as predict's, up to rounding."""
-    bs = x[0].shape[0]
-    box_maps = [box(xi) for xi, box in zip(x, self.cv2)]
-    distances = torch.cat([m.permute(0, 2, 3, 1).reshape(bs, -1, m.shape[1]) for m in box_maps], 1)
-    logits = torch.cat([cls(xi).permute(0, 2, 3, 1).reshape(bs, -1, self.nc) for xi, cls in zip(x, self.cv3)], 1)
-    points, strides = (t.transpose(0, 1) for t in self._anchor_points(box_maps, distances.dtype))  # (N, 2), (N, 1)
-    if self.reg_max > 1:  # DFL: the expected bin of each side's softmax
-        bins = self.dfl.conv.weight.to(distances.dtype).reshape(self.reg_max, 1)
-        distances = (distances.reshape(bs, -1, 4, self.reg_max).softmax(-1) @ bins).reshape(bs, -1, 4)
-    top_left, bottom_right = points - distances[..., :2], points + distances[..., 2:]
-    boxes = torch.cat(((top_left + bottom_right) / 2, bottom_right - top_left), 2) * strides
-    scores = logits.sigmoid()
-    return torch.cat((boxes, torch.ones_like(scores[..., :1]), scores), 2)
-
-
 @contextlib.contextmanager
 def nhwc_rows(model: torch.nn.Module):
-    """While tracing: anchor-free heads (not end-to-end) put out rows computed by _row_predictions; yields the
-    metadata to add (none: rows are every export's layout)."""
+    """While tracing: anchor-free heads (not end-to-end) put out rows computed in LiteRT's NHWC layout
+    (AnchorFreeDetect._row_predictions); yields the metadata to add (none: rows are every export's layout)."""
     heads = [] if is_end2end(model) else [m for m in model.modules() if getattr(m, "rows_output", False)]
     for head in heads:
-        head.rows_output, head._channel_predictions = False, types.MethodType(_row_predictions, head)
+        head.rows_output, head._channel_predictions = False, head._row_predictions
     try:
         yield {}
     finally:

@@ -18,15 +18,12 @@ the portable kernel). yolo11n, 640, 1 thread: ExecuTorch 0.91-0.93x Ultralytics'
 
 import contextlib
 import operator
-import types
 
 import torch
 from torch import nn
 
-from models.nn.blocks import DFL, C2f
-from models.nn.common import C3, Concat, Conv
-
-FIRST_CONVS = {C2f: ("cv1",), C3: ("cv1", "cv2")}  # the 1x1 convolutions a block applies to its input (C3k2: C2f)
+from models.nn.blocks import edge_rewrite
+from models.nn.common import Concat, Conv
 
 
 class _UpsampledSum(nn.Module):
@@ -49,17 +46,13 @@ class _UpsampledSum(nn.Module):
         return self.act(self.upsample(self.low(a)) + self.high(b))
 
 
-def _first_convs(block: nn.Module) -> tuple[str, ...]:
-    return next((names for kind, names in FIRST_CONVS.items() if isinstance(block, kind)), ())
-
-
 def _commutable(layers: nn.Sequential, i: int, saved) -> bool:
     """Whether layers i, i + 1, i + 2 are a nearest 2x upsampling, a channel concat of it first and another layer's
     output, and a block whose first ops are fused 1x1 convolutions, the first two read by nothing else."""
     up, concat, block = layers[i : i + 3]
     if not (isinstance(up, nn.Upsample) and up.mode == "nearest" and isinstance(concat, Concat)):
         return False
-    convs = [getattr(block, name) for name in _first_convs(block)]
+    convs = [getattr(block, name) for name in edge_rewrite(block).input_convs]
     fused = convs and all(not hasattr(c, "bn") and c.conv.kernel_size == (1, 1) and c.conv.groups == 1 for c in convs)
     wired = concat.d == 1 and isinstance(concat.f, list) and len(concat.f) == 2 and concat.f[0] == -1
     return bool(fused) and wired and block.f == -1 and i not in saved and i + 1 not in saved
@@ -95,7 +88,7 @@ def upsample_after_conv(model: nn.Module, sample: torch.Tensor):
     for i in found:
         up, concat, block = layers[i : i + 3]
         up.forward, concat.forward = (lambda x: x), list  # the block's convolutions get [a, b]
-        for name in _first_convs(block):
+        for name in edge_rewrite(block).input_convs:
             swapped.append((block, name, getattr(block, name)))
             setattr(block, name, _UpsampledSum(getattr(block, name), up, channels[up]))
     try:
@@ -108,59 +101,40 @@ def upsample_after_conv(model: nn.Module, sample: torch.Tensor):
             layers[i + 1].__dict__.pop("forward", None)
 
 
-def _whole_halves_c2f(self: C2f, x: torch.Tensor) -> torch.Tensor:
-    """C2f.forward concatenating cv1's output whole where C2f concatenates its two halves, the same values: the
-    first half's slice, a copy read only by the concatenation, is not made."""
-    y = self.cv1(x)
-    parts, last = [y], y.chunk(2, 1)[1]
-    for block in self.m:
-        last = block(last)
-        parts.append(last)
-    return self.cv2(torch.cat(parts, 1))
+@contextlib.contextmanager
+def _forwards(model: nn.Module, rewrite: str):
+    """While tracing: each block of model that declares a method for rewrite (blocks.EdgeRewrite: fewer_copies or
+    xnnpack_ops) runs it as its forward; as before afterwards."""
+    blocks = [(m, getattr(edge_rewrite(m), rewrite)) for m in model.modules()]
+    blocks = [(m, method) for m, method in blocks if method]
+    for block, method in blocks:
+        block.forward = getattr(block, method)
+    try:
+        yield
+    finally:
+        for block, _ in blocks:
+            del block.forward
 
 
 @contextlib.contextmanager
 def fewer_copies(model: nn.Module, sample: torch.Tensor):
-    """While tracing an FP32 or FP16 graph for XNNPACK (LiteRT, ExecuTorch): upsample_after_conv, and C2f blocks
-    (YOLOv8, YOLO11's C3k2) without their first half's slice; model as before afterwards."""
-    blocks = [m for m in model.modules() if isinstance(m, C2f)]
-    for block in blocks:
-        block.forward = types.MethodType(_whole_halves_c2f, block)
-    try:
-        with upsample_after_conv(model, sample):
-            yield
-    finally:
-        for block in blocks:
-            del block.forward
-
-
-def _last_dim_dfl(self: DFL, x: torch.Tensor) -> torch.Tensor:
-    """DFL.forward with the softmax over the last dim (XNNPACK's only one): (B, 4, N, bins) probabilities, weighed
-    by the bins 0..15 with a linear layer (its weight a buffer: XNNPACK takes constant weights only)."""
-    b, _, n = x.shape
-    probabilities = x.reshape(b, 4, self.bins, n).transpose(2, 3).softmax(-1)
-    return nn.functional.linear(probabilities, self.bins_row).reshape(b, 4, n)
+    """While tracing an FP32 or FP16 graph for XNNPACK (LiteRT, ExecuTorch): upsample_after_conv, and the blocks'
+    forwards with fewer copies (C2f's, YOLO11's C3k2's: no slice of their first half); model as before afterwards."""
+    with _forwards(model, "fewer_copies"), upsample_after_conv(model, sample):
+        yield
 
 
 @contextlib.contextmanager
 def delegable_model(model: nn.Module, sample: torch.Tensor, constant_grids: bool):
-    """While tracing: fewer_copies (the FPN's upsamplings after their convolutions, C2f's halves), DFL's softmax over
-    the last dim, and with constant_grids (a static export) the heads' anchor-point caches filled at the sample's shape,
-    so the graph holds them as constants; model as before afterwards."""
-    dfls = [m for m in model.modules() if isinstance(m, DFL)]
-    for dfl in dfls:
-        dfl.register_buffer("bins_row", dfl.conv.weight.detach().reshape(1, dfl.bins).clone(), persistent=False)
-        dfl.forward = types.MethodType(_last_dim_dfl, dfl)
-    try:
-        with fewer_copies(model, sample):
-            if constant_grids:
-                with torch.no_grad():
-                    model(sample)
-            yield
-    finally:
-        for dfl in dfls:
-            dfl.__dict__.pop("forward", None)
-            del dfl.bins_row
+    """While tracing: fewer_copies (the FPN's upsamplings after their convolutions, C2f's halves), the blocks'
+    forwards from XNNPACK's ops (DFL's softmax over the last dim), and with constant_grids (a static export) the
+    heads' anchor-point caches filled at the sample's shape, so the graph holds them as constants; model as before
+    afterwards."""
+    with _forwards(model, "xnnpack_ops"), fewer_copies(model, sample):
+        if constant_grids:
+            with torch.no_grad():
+                model(sample)
+        yield
 
 
 def ones_as_arithmetic(exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
@@ -172,6 +146,31 @@ def ones_as_arithmetic(exported: torch.export.ExportedProgram) -> torch.export.E
             ones = graph.call_function(aten.add.Tensor, (zeros, 1.0))
         zeros.meta, ones.meta = dict(node.meta), dict(node.meta)
         node.replace_all_uses_with(ones)
+        graph.erase_node(node)
+    exported.graph_module.recompile()
+    return exported
+
+
+def sizes_from_input(exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Each size a shape-dynamic graph reads off an inner tensor (aten.sym_size: C2PSA's attention reshapes by its
+    map's height and width) read off the input instead, divided by that tensor's stride: the same value. In an INT8
+    graph the inner tensor is a quantized convolution's output, and XNNPACK's partitioner takes such a convolution
+    only when its output quantization is its one reader: with a size read too it was left outside the delegate, its
+    per-channel weight dequantized by an op ExecuTorch's portable kernels lack ("Missing out variants")."""
+    graph, signature = exported.graph_module.graph, exported.graph_signature
+    x = next(n for n in graph.nodes if n.op == "placeholder" and n.name in signature.user_inputs)
+    sides = [(dim, side) for dim, side in enumerate(x.meta["val"].shape) if isinstance(side, torch.SymInt)]
+    reads = [n for n in graph.nodes if n.target is torch.ops.aten.sym_size.int and n.args[0] is not x]
+    for node in reads:
+        size = node.meta["val"]
+        dim, side = next(((d, s) for d, s in sides if (s.node.expr / size.node.expr).is_Integer), (None, None))
+        if side is None:  # not a whole fraction of an input side: left as it is
+            continue
+        with graph.inserting_before(node):
+            read = graph.call_function(torch.ops.aten.sym_size.int, (x, dim))
+            quotient = graph.call_function(operator.floordiv, (read, int(side.node.expr / size.node.expr)))
+        read.meta["val"], quotient.meta["val"] = side, size
+        node.replace_all_uses_with(quotient)
         graph.erase_node(node)
     exported.graph_module.recompile()
     return exported

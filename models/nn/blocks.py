@@ -6,11 +6,12 @@ multiply-adds, output elements, output size) from its arguments alone, so a conf
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from models.nn.common import Conv, Cost, _chain, cat, conv_cost
+from models.nn.common import C3, Conv, Cost, _chain, cat, conv_cost
 
 
 def _check_counts(**values) -> None:
@@ -88,6 +89,16 @@ class C2f(nn.Module):
         for block in self.m:
             parts.append(block(parts[-1]))
         return self.cv2(cat(parts, 1))
+
+    def forward_whole_halves(self, x: torch.Tensor) -> torch.Tensor:
+        """forward concatenating cv1's output whole rather than as its two halves, the same values: an exported
+        graph makes no copy of the first half (a slice read only by the concatenation)."""
+        y = self.cv1(x)
+        parts, last = [y], y.chunk(2, 1)[1]
+        for block in self.m:
+            last = block(last)
+            parts.append(last)
+        return self.cv2(torch.cat(parts, 1))
 
 
 def c3k_cost(size: int, c1: int, c2: int, n: int = 1, shortcut=True, g: int = 1, e: float = 0.5, k: int = 3) -> Cost:
@@ -275,3 +286,40 @@ class DFL(nn.Module):
         # 0..15 are exact in every float type.
         weight = self.conv.weight.to(probabilities.dtype)
         return nn.functional.conv2d(probabilities, weight).reshape(b, 4, n)
+
+    def last_dim(self, logits: torch.Tensor) -> torch.Tensor:
+        """forward's distances (..., 4) from logits (..., 4, bins) holding each side's bins in their last dim, the
+        layout edge runtimes take a softmax in (XNNPACK's over the last dim only; LiteRT's NHWC rows lie so): the
+        softmax's expected bin, weighed by a linear layer (XNNPACK's ExecuTorch partitioner takes one whose weight is
+        a constant: the exporter folds this view of the fixed bins)."""
+        bins = self.conv.weight.to(logits.dtype).reshape(1, self.bins)
+        return nn.functional.linear(logits.softmax(-1), bins).flatten(-2)
+
+    def forward_last_dim(self, x: torch.Tensor) -> torch.Tensor:
+        """forward's (B, 4 * bins, N) -> (B, 4, N) with the softmax over the last dim (last_dim)."""
+        b, _, n = x.shape
+        return self.last_dim(x.reshape(b, 4, self.bins, n).transpose(2, 3))
+
+
+@dataclass(frozen=True)
+class EdgeRewrite:
+    """What the XNNPACK exports (models/export/xnnpack_graph.py) may change in a block while tracing it, the values
+    the same. input_convs: the fused 1x1 convolutions the block applies first to its input, which commute with an
+    upsampling in front of it; fewer_copies: a method computing forward with fewer copies (LiteRT and ExecuTorch);
+    xnnpack_ops: a method computing forward from ops XNNPACK's ExecuTorch partitioner takes (ExecuTorch FP32)."""
+
+    input_convs: tuple[str, ...] = ()
+    fewer_copies: str = ""
+    xnnpack_ops: str = ""
+
+
+EDGE_REWRITES = {
+    C3: EdgeRewrite(input_convs=("cv1", "cv2")),
+    C2f: EdgeRewrite(input_convs=("cv1",), fewer_copies="forward_whole_halves"),
+    DFL: EdgeRewrite(xnnpack_ops="forward_last_dim"),
+}
+
+
+def edge_rewrite(block: nn.Module) -> EdgeRewrite:
+    """block's EdgeRewrite: its class's or its nearest base class's (C3k2: C2f's); for any other block, none."""
+    return next((EDGE_REWRITES[kind] for kind in type(block).__mro__ if kind in EDGE_REWRITES), EdgeRewrite())

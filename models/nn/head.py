@@ -169,6 +169,21 @@ class AnchorFreeDetect(nn.Module):
         scores = logits.sigmoid()
         return torch.cat((boxes, torch.ones_like(scores[:, :1]), scores), 1)
 
+    def _row_predictions(self, x: list[torch.Tensor]) -> torch.Tensor:
+        """An export path for runtimes whose maps are NHWC (LiteRT's): predict's values as rows (B, N, 5 + nc),
+        each map's pixels rows as they lie, DFL's softmax over the last dim (DFL.last_dim), no transpose in the graph
+        but the maps' own (the (B, C, N) layout cost seven, 1.75M elements at 640). The same up to rounding."""
+        bs = x[0].shape[0]
+        box_maps = [box(xi) for xi, box in zip(x, self.cv2)]
+        distances = torch.cat([m.permute(0, 2, 3, 1).reshape(bs, -1, m.shape[1]) for m in box_maps], 1)
+        logits = torch.cat([cls(xi).permute(0, 2, 3, 1).reshape(bs, -1, self.nc) for xi, cls in zip(x, self.cv3)], 1)
+        points, strides = (t.transpose(0, 1) for t in self._anchor_points(box_maps, distances.dtype))  # (N, 2), (N, 1)
+        if self.reg_max > 1:
+            distances = self.dfl.last_dim(distances.reshape(bs, -1, 4, self.reg_max))
+        boxes = self._sides_to_boxes(distances, points, strides, dim=2)
+        scores = logits.sigmoid()
+        return torch.cat((boxes, torch.ones_like(scores[..., :1]), scores), 2)
+
     def decode(self, maps: list[torch.Tensor], corners: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(boxes (B, 4, N) in input pixels, xywh or corners, class probabilities (B, nc, N)), levels in order,
         cells row-major."""
@@ -181,12 +196,18 @@ class AnchorFreeDetect(nn.Module):
 
     def _boxes(self, distances, points, strides, corners: bool = False) -> torch.Tensor:
         """Boxes (B, 4, N) in input pixels, xywh or corners, from the DFL distances (B, 4 * reg_max, N)."""
-        left_top, right_bottom = self.dfl(distances).chunk(2, 1)
+        return self._sides_to_boxes(self.dfl(distances), points, strides, corners)
+
+    @staticmethod
+    def _sides_to_boxes(sides, points, strides, corners: bool = False, dim: int = 1) -> torch.Tensor:
+        """Boxes in input pixels, xywh or corners along dim, from each cell's distances to its left, top, right and
+        bottom sides along dim (in strides) and the cells' centres and strides, broadcast against them."""
+        left_top, right_bottom = sides.chunk(2, dim)
         top_left, bottom_right = points - left_top, points + right_bottom
         if corners:
-            boxes = torch.cat((top_left, bottom_right), 1)
+            boxes = torch.cat((top_left, bottom_right), dim)
         else:
-            boxes = torch.cat(((top_left + bottom_right) / 2, bottom_right - top_left), 1)
+            boxes = torch.cat(((top_left + bottom_right) / 2, bottom_right - top_left), dim)
         return boxes * strides
 
     def _anchor_points(self, maps: list[torch.Tensor], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

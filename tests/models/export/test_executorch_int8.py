@@ -1,9 +1,11 @@
-"""ExecuTorch INT8 (models/export/executorch_format.py): which nodes stay in float, on a small exported graph, and a
-yolov5n INT8 program calibrated on COCO128 images that is smaller than float and still finds the .pt's objects. The
-export lowers to XNNPACK twice (a minute or more), so it is a slow test; it skips without executorch or ../shared."""
+"""ExecuTorch INT8 (models/export/executorch_format.py): which nodes stay in float, on a small exported graph; a
+shape-dynamic INT8 program of YOLO11's attention block; and a yolov5n INT8 program calibrated on COCO128 images that
+is smaller than float and still finds the .pt's objects. The exports lower to XNNPACK (a minute or more), so they are
+slow tests; they skip without executorch or ../shared."""
 
 import glob
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,6 +23,8 @@ from models.export.pt2e import (
     mean_ranges,
 )
 from models.export.quantize import CalibrationImages
+from models.nn.blocks import C2PSA
+from models.nn.common import Conv
 from tests.models.export.edge_helpers import needs
 from utils.boxes import non_max_suppression
 
@@ -155,3 +159,36 @@ def test_int8_program_is_smaller_and_finds_the_pts_objects(tmp_path, shared):
             iou[expected[:, 5:6] != got[:, 5][None]] = 0
             found += int((iou.max(1).values >= 0.7).sum())
     assert total >= 5 and found >= 0.9 * total, f"{found} of {total} .pt detections found"
+
+
+class _Attending(nn.Module):
+    """The float stem, a strided convolution, YOLO11's C2PSA (its attention reshapes by its map's height and width,
+    sizes a shape-dynamic graph reads off C2PSA's first, quantized, convolution) and a last convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.down = _stem(), Conv(4, 64, 3, 2)
+        self.psa, self.last = C2PSA(64, 64), nn.Conv2d(64, 6, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(self.psa(self.down(_through(self.stem, x)))).flatten(2)
+
+
+@pytest.mark.slow
+def test_a_dynamic_int8_program_holds_attention_over_a_quantized_convolutions_map(tmp_path):
+    needs("executorch", "torchao")
+    from executorch.runtime import Runtime
+
+    model = _Attending().eval()
+    images = [torch.rand(1, 3, 32, 48, generator=torch.Generator().manual_seed(i)).numpy() for i in range(4)]
+    options = ExportOptions(imgsz=(32, 48), int8=True)
+    job = SimpleNamespace(model=model, sample=torch.zeros(1, 3, 32, 48), options=options, calibration=images)
+    job.metadata = {"stride": 2, "names": {i: str(i) for i in range(6)}}
+    folder = export_executorch(job, tmp_path / "attending_executorch_model")  # failed: "Missing out variants"
+    method = Runtime.get().load_program(folder / "model.pte").load_method("forward")
+    for h, w in ((32, 48), (16, 32)):  # the export's shape and another
+        x = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(h))
+        with torch.no_grad():
+            expected = model(x)
+        got = method.execute((x,))[0]
+        assert got.shape == expected.shape and (got - expected).abs().max() < 0.1 * expected.abs().max()

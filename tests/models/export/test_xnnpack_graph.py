@@ -7,8 +7,9 @@ from collections import Counter
 import pytest
 import torch
 
-from models.export.xnnpack_graph import delegable_model, fewer_copies, ones_as_arithmetic
-from models.nn.blocks import DFL
+from models.export.xnnpack_graph import delegable_model, fewer_copies, ones_as_arithmetic, sizes_from_input
+from models.nn.blocks import C2PSA, DFL
+from models.nn.common import Conv
 from tests.models.export.edge_helpers import needs
 
 
@@ -55,6 +56,21 @@ def test_ones_like_becomes_arithmetic_with_the_same_output():
     targets = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
     assert "aten.ones_like.default" not in targets and "aten.mul.Tensor" in targets
     assert torch.equal(exported.module()(x), _Objectness()(x))
+
+
+def test_sizes_are_read_off_the_input_with_the_same_values():
+    model = torch.nn.Sequential(Conv(3, 64, 3, 2), C2PSA(64, 64)).eval()  # the attention reshapes by h and w
+    sides = {2: 2 * torch.export.Dim("rows", max=32), 3: 2 * torch.export.Dim("cols", max=32)}
+    exported = torch.export.export(model, (torch.rand(1, 3, 32, 48),), dynamic_shapes=(sides,))
+    sizes = [n for n in exported.graph.nodes if n.target is torch.ops.aten.sym_size.int]
+    assert sizes and any(n.args[0].op != "placeholder" for n in sizes)  # read off a convolution's output
+    exported = sizes_from_input(exported)
+    sizes = [n for n in exported.graph.nodes if n.target is torch.ops.aten.sym_size.int]
+    assert sizes and all(n.args[0].op == "placeholder" for n in sizes)
+    for shape in ((1, 3, 32, 48), (1, 3, 16, 40)):
+        x = torch.rand(shape, generator=torch.Generator().manual_seed(shape[3]))
+        with torch.no_grad():
+            assert torch.equal(exported.module()(x), model(x))
 
 
 def _kernels(program: bytes) -> Counter:

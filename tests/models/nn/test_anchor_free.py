@@ -166,6 +166,27 @@ def test_train_and_eval_outputs():
     assert (detections[..., 4] >= 0).all()  # 126 cells x 3 classes: 378 pairs to choose the top 300 from
 
 
+@pytest.mark.parametrize("cfg", ["yolo11n.yaml", "yolo26n.yaml"])
+def test_the_export_layouts_give_predicts_rows(cfg):
+    """The heads' export paths (LiteRT's NHWC rows, the (B, C, N) channels, DFL over the last dim as ExecuTorch
+    traces it) give predict's rows, up to float rounding; YOLO26's one-to-many rows (reg_max 1: no DFL)."""
+    model = Model(cfg, nc=3).eval()
+    head = model.model[-1]
+    head.end2end = False
+    x = [
+        torch.randn(2, c, s, s + 2, generator=torch.Generator().manual_seed(s))
+        for c, s in ((64, 8), (128, 4), (256, 2))
+    ]
+    with torch.no_grad():
+        expected = head.predict(x)[0]
+        rows, channels = head._row_predictions(x), head._channel_predictions(x)
+        head.dfl.forward = getattr(head.dfl, "forward_last_dim", head.dfl.forward)
+        last_dim = head._channel_predictions(x)
+    assert rows.shape == expected.shape == (2, 8 * 10 + 4 * 6 + 2 * 4, 8) and channels.shape == (2, 8, 112)
+    for got in (rows, channels.transpose(1, 2), last_dim.transpose(1, 2)):
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-4)
+
+
 def test_end_to_end_rows_do_not_depend_on_the_traced_size():
     """A traced YOLO26 (what a dynamic export holds) gives max_det rows at any input size: at its trace size's
     cell count k was once baked in, failing smaller inputs and leaving larger ones uncapped."""
