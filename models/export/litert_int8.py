@@ -20,6 +20,7 @@ import torch
 from models.export.edge import require_converter
 from models.export.pt2e import calls_per_image, int8_quantizer
 from models.export.runtime import LETTERBOX_GREY
+from models.nn.blocks import edge_rewrite
 from utils.log import LOGGER
 
 
@@ -33,12 +34,15 @@ class Int8Signatures:
         self.quant_config = require_converter("litert_torch.quantize.quant_config", "LiteRT INT8")
         self.litert, self.model, self.batch = litert, model, batch
         self.calibrated: torch.fx.GraphModule | None = None
+        # the blocks declared float here (attention: its qkv reshape, int8 between a quantized convolution and a
+        # quantized split output of another scale, broke litert-torch's same-scale constraint on tfl.reshape)
+        self.float_modules = {name for name, m in model.named_modules() if edge_rewrite(m).float_in_litert_int8}
 
     def _observed(self, shape: tuple[int, int]) -> torch.fx.GraphModule:
         """The model exported at shape with observers on every quantized tensor."""
         sample = torch.zeros(self.batch, 3, *shape)
         graph = torch.export.export(self.model, (sample,)).module()
-        self.quantizer = int8_quantizer(self.litert.PT2EQuantizer, self.litert, graph)
+        self.quantizer = int8_quantizer(self.litert.PT2EQuantizer, self.litert, graph, self.float_modules)
         observed = self.pt2e.prepare_pt2e(graph, self.quantizer)
         observed(sample)  # the weights' observers see their weights (the activations' ranges are replaced)
         return observed

@@ -32,10 +32,10 @@ FLOAT_DEPTH = 4  # the float stem: on yolov5n the first two convolutions and thr
 SILU = (torch.ops.aten.silu.default, torch.ops.aten.silu_.default)
 
 
-def int8_quantizer(quantizer_type: type, quantizer_module, graph: torch.fx.GraphModule):
+def int8_quantizer(quantizer_type: type, quantizer_module, graph: torch.fx.GraphModule, float_modules=frozenset()):
     """A quantizer_type (XNNPACK's, litert-torch's PT2EQuantizer) for graph: per-channel symmetric int8 weights,
     activations ranged by mean_ranges (a convolution's output that only a SiLU reads from PRE_SILU_FLOOR up), the
-    float_node_names of graph left unquantized."""
+    float_node_names of graph and every node inside the modules named in float_modules left unquantized."""
     config = quantizer_module.get_symmetric_quantization_config(is_per_channel=True)
     observer = mean_ranges(quantizer_module.MinMaxObserver)
     activation = dataclasses.replace(config.input_activation, observer_or_fake_quant_ctr=observer.with_args(eps=2**-12))
@@ -43,7 +43,18 @@ def int8_quantizer(quantizer_type: type, quantizer_module, graph: torch.fx.Graph
         activation, observer_or_fake_quant_ctr=observer.with_args(eps=2**-12, floor=PRE_SILU_FLOOR, peak=True)
     )
     config = dataclasses.replace(config, input_activation=activation, output_activation=activation)
-    return float_keeping(quantizer_type, float_node_names(graph), pre_silu)().set_global(config)
+    kept = float_node_names(graph) | module_nodes(graph, float_modules)
+    return float_keeping(quantizer_type, kept, pre_silu)().set_global(config)
+
+
+def module_nodes(graph: torch.fx.GraphModule, modules) -> set[str]:
+    """The names of graph's nodes that the modules named in modules (their qualified names) or their submodules
+    compute, by the module stack torch.export records on each node."""
+    return {
+        n.name
+        for n in graph.graph.nodes
+        if any(path in modules for path, _ in n.meta.get("nn_module_stack", {}).values())
+    }
 
 
 def float_keeping(quantizer_type: type, kept: set[str], pre_silu=None) -> type:

@@ -306,17 +306,20 @@ class EdgeRewrite:
     """What the XNNPACK exports (models/export/xnnpack_graph.py) may change in a block while tracing it, the values
     the same. input_convs: the fused 1x1 convolutions the block applies first to its input, which commute with an
     upsampling in front of it; fewer_copies: a method computing forward with fewer copies (LiteRT and ExecuTorch);
-    xnnpack_ops: a method computing forward from ops XNNPACK's ExecuTorch partitioner takes (ExecuTorch FP32)."""
+    xnnpack_ops: a method computing forward from ops XNNPACK's ExecuTorch partitioner takes (ExecuTorch FP32);
+    float_in_litert_int8: the LiteRT INT8 export keeps the whole block in float (models/export/litert_int8.py)."""
 
     input_convs: tuple[str, ...] = ()
     fewer_copies: str = ""
     xnnpack_ops: str = ""
+    float_in_litert_int8: bool = False
 
 
 EDGE_REWRITES = {
     C3: EdgeRewrite(input_convs=("cv1", "cv2")),
     C2f: EdgeRewrite(input_convs=("cv1",), fewer_copies="forward_whole_halves"),
     DFL: EdgeRewrite(xnnpack_ops="forward_last_dim"),
+    Attention: EdgeRewrite(float_in_litert_int8=True),
 }
 
 

@@ -1,6 +1,7 @@
 """LiteRT INT8 (models/export/litert_int8.py): every signature's graph takes the ranges calibrated in the largest one,
-on a small graph; and a static yolov5n INT8 .tflite at 64 (a few calibration images) holds int8 convolutions behind a
-float32 input and output, is smaller than float and says int8 in its metadata. The export is one litert-torch
+on a small graph; a block declared float (attention) stays float among int8 convolutions; and a static yolov5n INT8
+.tflite at 64 (a few calibration images) holds int8 convolutions behind a float32 input and output, is smaller than
+float and says int8 in its metadata. The export is one litert-torch
 conversion (a minute or more), so it is slow; both skip without litert-torch (and ai-edge-litert, ../shared)."""
 
 import glob
@@ -13,6 +14,8 @@ from torch import nn
 from models.export.exporter import ExportOptions, export
 from models.export.pt2e import FLOAT_DEPTH
 from models.export.quantize import CalibrationImages
+from models.nn.blocks import C2PSA
+from models.nn.common import Conv
 from models.weights.checkpoint import load_model
 from tests.models.export.edge_helpers import needs
 
@@ -51,6 +54,32 @@ def test_every_signature_takes_the_calibrated_ranges():
     # an int8 range always holds zero (the quantizer widens a one-signed range to it)
     expected = {float((hi.clamp(min=0) - lo.clamp(max=0)) / 255) for _, lo, hi in calibrated if lo.dim() == 0}
     assert scales and all(any(abs(s - e) < 1e-6 for e in expected) for s in scales)
+
+
+def test_attention_stays_float_between_int8_convolutions():
+    # litert-torch refused YOLO11's int8 attention: its qkv reshape between a convolution's int8 output and the
+    # query's int8 input of another scale broke tfl.reshape's same-scale constraint
+    needs("litert_torch", "torchao")
+    from models.export.litert_int8 import Int8Signatures
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*(Conv(3 if i == 0 else 16, 16, 3) for i in range(FLOAT_DEPTH + 1)), C2PSA(16, 16))
+    model = nn.Sequential(model, Conv(16, 16, 3), nn.Conv2d(16, 6, 1)).eval()
+    int8 = Int8Signatures(model, 1)
+    int8.calibrate([torch.rand(1, 3, 8, 8).numpy()], (8, 8))
+    graph = int8.graph((8, 8)).graph
+
+    def module(node) -> str:
+        return next(reversed(node.meta.get("nn_module_stack", {"": ("", None)}).values()))[0]
+
+    quantized = {a.name for n in graph.nodes if "quantize_per_tensor" in str(n.target) for a in n.all_input_nodes}
+    quantized |= {u.name for n in graph.nodes if "dequantize_per_tensor" in str(n.target) for u in n.users}
+    convs = [n for n in graph.nodes if n.target == torch.ops.aten.conv2d.default]
+    in_attention = [n.name for n in graph.nodes if ".attn" in module(n) and n.op == "call_function"]
+    assert len(in_attention) > 10 and not quantized & set(in_attention)
+    # C2PSA's own convolutions and the feed-forward network's stay int8
+    assert {n.name for n in convs if module(n).startswith("0.5.") and ".attn" not in module(n)} <= quantized
+    assert "1.conv" in {module(n) for n in convs if n.name in quantized}
 
 
 @pytest.mark.slow
