@@ -1,7 +1,6 @@
 """The COCO metrics against pycocotools (the reference implementation), plus P/R, confusion matrix and bad input."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -346,27 +345,6 @@ def test_charts(tmp_path):
         "confusion_matrix.png",
     ]
     assert all(f.stat().st_size > 10_000 and f.read_bytes()[:4] == b"\x89PNG" for f in files)
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="the chart process is forked")
-def test_chart_failure_is_one_line(tmp_path, monkeypatch):
-    """The confusion matrix is drawn beside the curves (a forked process where there is fork): its failure there is
-    one MetricsError line with the child's reason, after the curves were written."""
-    from utils.eval import charts
-
-    def broken(matrix, names, path):
-        raise ValueError("no such colour map\nsecond line")
-
-    monkeypatch.setattr(charts, "plot_confusion_matrix", broken)
-    m = fill(random_case(3, n_images=15)).evaluate(confusion=True)
-    with pytest.raises(MetricsError, match=r"^ValueError: no such colour map$"):
-        charts.plot_evaluation(m, tmp_path / "run")
-    assert sorted(f.name for f in (tmp_path / "run").iterdir()) == [
-        "F1_curve.png",
-        "PR_curve.png",
-        "P_curve.png",
-        "R_curve.png",
-    ]
 
 
 def test_torch_inputs_match_numpy():

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
-from utils.errors import MetricsError
 from utils.eval.coco_protocol import RECALL_THRESHOLDS, smooth
 from utils.eval.metrics import DetectionMetrics
 
@@ -116,51 +113,18 @@ def plot_confusion_matrix(matrix: np.ndarray, names: Sequence[str], path: str | 
 
 
 def plot_evaluation(metrics: DetectionMetrics, save_dir: str | Path) -> list[Path]:
-    """PR_curve.png, F1_curve.png, P_curve.png, R_curve.png and confusion_matrix.png in save_dir, all written when it
-    returns. The confusion matrix, as costly as the four curves together (its 162 class ticks: 0.65 of 1.4 CPU s at
-    COCO's 80 classes), is drawn by a forked process beside them where the platform forks: test.py's last serial
-    step then takes one of them on a second core."""
+    """PR_curve.png, F1_curve.png, P_curve.png, R_curve.png and confusion_matrix.png in save_dir."""
     save_dir = Path(save_dir)
     names = metrics.names
-    matrix = None
-    if metrics.confusion is not None:
-        matrix = _beside(plot_confusion_matrix, metrics.confusion, names, save_dir / "confusion_matrix.png")
     files = [
         plot_pr_curve(RECALL_THRESHOLDS, metrics.pr_precision, metrics.ap50, names, save_dir / "PR_curve.png"),
         plot_metric_curve(metrics.conf_grid, metrics.f1_curve, names, save_dir / "F1_curve.png", "F1"),
         plot_metric_curve(metrics.conf_grid, metrics.p_curve, names, save_dir / "P_curve.png", "Precision"),
         plot_metric_curve(metrics.conf_grid, metrics.r_curve, names, save_dir / "R_curve.png", "Recall"),
     ]
-    return files if matrix is None else [*files, matrix()]
-
-
-def _beside(plot, *args) -> Callable[[], Path]:
-    """Start plot(*args) in a forked process; a function that waits for it and gives its file, or raises
-    MetricsError with the one line the child could not draw it for. Where fork is missing, that function draws it."""
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return lambda: plot(*args)
-    reasons = multiprocessing.get_context("fork").SimpleQueue()
-    for stream in (sys.stdout, sys.stderr):  # else the child writes the parent's buffered lines a second time
-        stream.flush()
-    child = multiprocessing.get_context("fork").Process(target=_drawn, args=(reasons, plot, *args), name="chart")
-    child.start()
-
-    def wait() -> Path:
-        child.join()
-        if child.exitcode:
-            raise MetricsError(reasons.get() if not reasons.empty() else f"the chart process ended {child.exitcode}")
-        return Path(args[-1])
-
-    return wait
-
-
-def _drawn(reasons, plot, *args) -> None:
-    """plot(*args) in the chart process; an exception as its one line in reasons and exit status 1 (no traceback)."""
-    try:
-        plot(*args)
-    except Exception as e:
-        reasons.put(f"{type(e).__name__}: {e}".splitlines()[0])
-        raise SystemExit(1) from None
+    if metrics.confusion is not None:
+        files.append(plot_confusion_matrix(metrics.confusion, names, save_dir / "confusion_matrix.png"))
+    return files
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -552,7 +552,8 @@ def test_the_readme_export_sequence(shared, weights_dir, tmp_path, log):
     assert export.main(readme.split()) == 0
     names = {"yolov5n.pt", "yolov5n.torchscript", "yolov5n.onnx", "yolov5n_openvino_model"}
     assert {p.name for p in weights_dir.iterdir()} == names and not any(Path.cwd().iterdir())
-    model, x = load_model(weights_dir / "yolov5n.pt"), torch.rand(1, 3, 192, 256)
+    # an image's values (k / 255): an OpenVINO export takes uint8 images and turns floats back into them first
+    model, x = load_model(weights_dir / "yolov5n.pt"), torch.randint(0, 256, (1, 3, 192, 256)) / 255
     with torch.no_grad():
         expected = model(x)[0]
     for name in names - {"yolov5n.pt"}:  # each export gives the .pt's predictions (dynamic: any stride multiple)
