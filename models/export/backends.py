@@ -134,7 +134,7 @@ class OpenVinoBackend(Backend):
         # same images, as 1-image runs: 6.6 against 6.3-6.6 CPU s, load 5-12).
         if not self.fixed_shape and self.precision == "int8":
             self.images_per_run = 1
-        core = ov.Core()
+        core = openvino_core()
         model = _openvino_call(core.read_model, xmls[0], "could not be read by OpenVINO", str(xmls[0]))
         shapes = [[d.get_length() if d.is_static else None for d in o.partial_shape] for o in model.outputs]
         _check_outputs(path, shapes, self.output_width, self.task.masks)
@@ -221,6 +221,16 @@ class OpenVinoBackend(Backend):
         except OSError:
             return config
         return {**config, "CACHE_DIR": str(folder)} if os.access(folder, os.W_OK) else config
+
+
+@functools.cache
+def openvino_core():
+    """The process's one OpenVINO Core, kept to its end. Each Core's CPU plugin gives the thread that first compiles
+    with it an alternate signal stack of its own and, when that Core is freed, puts back the stack it found and
+    unmaps its own: with two Cores freed in the order they were made, the thread was left on an unmapped stack, and
+    the next signal handled in Python there (Ctrl-C, a DataLoader worker's SIGCHLD) killed the process with a
+    SIGSEGV and no traceback (tests/models/export/test_backends.py runs that order)."""
+    return import_optional("openvino").Core()
 
 
 def _uint8_input(ov, model):
