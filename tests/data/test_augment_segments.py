@@ -48,6 +48,18 @@ def test_warp_polygons_moves_vertices_and_boxes():
     assert len(polygons) == 2 and polygons[1].shape == (0, 2)  # the third, moved off the output, is dropped
 
 
+def test_a_warped_polygon_stays_while_one_percent_of_its_box_is_left():
+    """A shift leaves 3% of the first two objects' boxes in view: the polygon's row stays (YOLOv5's and Ultralytics'
+    1% rule for segments), the plain box row goes (10%); a polygon with 0.8% left goes too."""
+    shift = np.array([[1.0, 0, -291], [0, 1, 0], [0, 0, 1]])  # 9 px of the first two's 300 stay in view
+    labels = np.array([[0, 0, 0, 300, 50], [1, 0, 50, 300, 100], [2, -100, 0, 294, 50]], np.float32)
+    square = np.array([[0, 0], [300, 0], [300, 50], [0, 50]], np.float64)
+    wide = np.array([[-100, 0], [294, 0], [294, 50], [-100, 50]], np.float64)
+    out, polygons = warp_polygons(labels, [square, np.zeros((0, 2)), wide], shift, 1.0, (100, 150))
+    assert out[:, 0].tolist() == [0] and len(polygons) == 1
+    np.testing.assert_allclose(out[0, 1:], [0, 0, 9, 50])
+
+
 def test_flips_move_polygons_with_boxes():
     random.seed(0)
     image = np.zeros((10, 20, 3), np.uint8)
