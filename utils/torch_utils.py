@@ -129,10 +129,16 @@ def unit_images(images: torch.Tensor, dtype: torch.dtype, channels_last: bool) -
     return images.to(dtype, copy=True).div_(255)
 
 
+def takes_uint8(model) -> bool:
+    """Whether model declares that it takes uint8 images (models.export.runtime.Backend.uint8_input: an OpenVINO
+    export scales them inside its graph, on its own threads); a .pt model takes [0, 1] floats."""
+    return getattr(model, "uint8_input", False)
+
+
 def model_inputs(images: torch.Tensor, model, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
-    """A uint8 image batch as model takes it: as it is for a model that declares uint8 input (an OpenVINO export
-    scales it inside its graph, on its own threads: no float32 batch made here), else unit_images."""
-    return images if getattr(model, "uint8_input", False) else unit_images(images, dtype, channels_last)
+    """A uint8 image batch as model takes it: as it is for a model that takes uint8 (no float32 batch made here),
+    else unit_images."""
+    return images if takes_uint8(model) else unit_images(images, dtype, channels_last)
 
 
 def prepare_for_inference(model: nn.Module, device: torch.device, half: bool | None, bf16: bool = False):

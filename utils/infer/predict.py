@@ -24,7 +24,7 @@ from utils.infer.masks import InstanceMasks, instance_masks
 from utils.infer.sources import Source, load_sources, read_ahead
 from utils.infer.track_inputs import FrameExtras, TrackerFeed, track_with_masks
 from utils.log import LOGGER, speed_line
-from utils.torch_utils import model_inputs, time_sync
+from utils.torch_utils import model_inputs, takes_uint8, time_sync
 from utils.track.session import TrackingSession
 
 # Results of video and stream frames kept in DetectRun beyond this are only counted: a long video or an endless
@@ -310,7 +310,7 @@ class Predictor:
     def preprocess(self, im: np.ndarray) -> torch.Tensor:
         """CHW RGB uint8 array -> (1, 3, H, W) tensor in [0, 1] on the device, in the model's precision and layout
         (the uint8 itself for a model that takes uint8: model_inputs)."""
-        if self.numpy_input and not getattr(self.model, "uint8_input", False):
+        if self.numpy_input and not takes_uint8(self.model):
             return torch.from_numpy(np.divide(im[None], 255, dtype=np.float32))  # one pass, no uint8->float copy
         dtype = torch.float16 if self.precision.half else torch.float32
         return model_inputs(torch.from_numpy(im).to(self.device)[None], self.model, dtype, self.precision.channels_last)
