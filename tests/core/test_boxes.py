@@ -10,6 +10,7 @@ import torch
 import torchvision
 
 from utils.boxes import (
+    first_kept,
     non_max_suppression,
     scale_boxes,
     torchvision_nms,
@@ -100,6 +101,31 @@ def test_nms_agnostic_classes_and_max_det():
     assert len(non_max_suppression(pred, 0.2, 0.5, max_det=7)[0]) == 7
     multi = non_max_suppression(pred, 0.01, 0.6, multi_label=True, max_det=10_000)[0]
     assert len(multi) > len(non_max_suppression(pred, 0.01, 0.6, max_det=10_000)[0])
+
+
+@pytest.mark.parametrize("case", ["spread", "clustered", "tied"])
+def test_first_kept_equals_full_nms_cut_to_max_det(case):
+    """NMS over the highest-scoring boxes alone gives the full NMS's first max_det kept boxes: spread boxes (few
+    suppressed, the first try of 4 x max_det suffices), clustered ones (most suppressed: k has to double, down to all
+    boxes) and scores with many exact ties (kept in the kernel's own order)."""
+    g = torch.Generator().manual_seed(1)
+    n = 12_000
+    corners = torch.rand(n, 2, generator=g) * 600
+    if case == "clustered":  # 49 spots of near-equal boxes: fewer than max_det survive, so every box has to be seen
+        corners = (torch.rand(n, 2, generator=g) * 7).floor() * 90
+    sizes = torch.rand(n, 2, generator=g) * (4 if case == "clustered" else 80) + 20
+    boxes = torch.cat((corners, corners + sizes), 1)
+    boxes += torch.randint(0, 3, (n, 1), generator=g) * 7680.0  # three classes, as non_max_suppression shifts them
+    scores = torch.rand(n, generator=g)
+    if case == "tied":
+        scores = (scores * 40).round() / 40
+    if case == "clustered":  # the spots on the left score low: their best boxes lie beyond the first tries' k
+        scores = scores * (corners[:, 0] / 540 + 0.01)
+    for max_det in (1, 30, 300):
+        full = torchvision.ops.nms(boxes, scores, 0.5)[:max_det]
+        assert torch.equal(first_kept(boxes, scores, 0.5, max_det), full)
+    if case == "clustered":
+        assert len(torchvision.ops.nms(boxes, scores, 0.5)) < 300
 
 
 def test_nms_empty():
