@@ -12,7 +12,7 @@ from utils.errors import MetricsError
 from utils.eval.coco_io import pycocotools_stats
 from utils.eval.evaluator import CocoEvaluator
 from utils.eval.segm import label_segmentations, rle_area, segmentation_rle
-from utils.infer.masks import crop_rle, crop_rles, instance_masks, letterbox_mapping
+from utils.infer.masks import crop_rle, instance_masks, letterbox_mapping
 
 
 @pytest.mark.parametrize("small_frames", [0, 2**17])  # 0: every frame by the runs of its crop
@@ -29,24 +29,6 @@ def test_crop_rle_equals_pycocotools_encode_of_the_full_frame(monkeypatch, small
         full = np.zeros((height, width), np.uint8, order="F")
         full[y0 : y0 + h, x0 : x0 + w] = crop
         assert crop_rle((x0, y0), crop, (height, width))["counts"] == mask_utils.encode(full)["counts"], trial
-
-
-@pytest.mark.parametrize("small_frames", [0, 2**17])  # 2**17: encoded ENCODE_BATCH at a time
-@pytest.mark.parametrize("count", [0, 1, 31, 32, 33, 70])
-def test_crop_rles_equal_crop_rle_of_each_piece(monkeypatch, small_frames, count):
-    """Batches of small frames (around the batch size, frames reused from batch to batch) give every mask's own RLE."""
-    monkeypatch.setattr("utils.infer.masks.SMALL_FRAME_PIXELS", small_frames)
-    rng = np.random.default_rng(count)
-    height, width = 37, 53
-    pieces = []
-    for _ in range(count):
-        x0, y0 = int(rng.integers(0, width)), int(rng.integers(0, height))
-        w, h = int(rng.integers(0, width - x0 + 1)), int(rng.integers(0, height - y0 + 1))
-        pieces.append(((x0, y0), rng.random((h, w)) < rng.random()))
-    expected = [crop_rle(origin, crop, (height, width))["counts"] for origin, crop in pieces]
-    got = crop_rles(iter(pieces), (height, width))
-    assert [r["counts"] for r in got] == expected
-    assert all(r["size"] == [height, width] for r in got)
 
 
 def _polygon(rng, cx, cy, radius, k=8) -> np.ndarray:

@@ -30,7 +30,7 @@ from utils.eval.evaluator import CocoEvaluator
 from utils.eval.metrics import DetectionMetrics, fitness
 from utils.eval.report import TABLE_HEADER, print_report, save_json_and_check
 from utils.eval.segm import MaskGroundTruth, rle_area
-from utils.infer.masks import crop_rles, iter_instance_masks
+from utils.infer.masks import crop_rle, iter_instance_masks
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER, PROGRESS_BAR, one_line
 from utils.plots import save_batch_plot
@@ -325,7 +325,7 @@ class _Run:
         )
         if protos is not None:
             pieces = iter_instance_masks(protos.float().cpu(), det[:, 6:], boxes.numpy(), input_hw, (h0, w0), ratio_pad)
-            det_rles = crop_rles(pieces, (int(h0), int(w0)))
+            det_rles = [crop_rle(origin, crop, (int(h0), int(w0))) for origin, crop in pieces]
             self.evaluator.add_masks(gt_rles, det_rles, segmentations)
         self.image_hw[path] = (int(h0), int(w0))
         if self.opts.save_txt:

@@ -10,8 +10,7 @@ letterbox, and kept as a boolean crop. No full-frame float mask is ever made: me
 This module knows nothing of models: the Predictor gives it the arrays (utils/infer/predict.py asks model.task).
 """
 
-import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cv2
@@ -168,32 +167,6 @@ def crop_rle(origin: tuple[int, int], crop: np.ndarray, shape: tuple[int, int]) 
         counts.pop()
     rle = mask_utils.frPyObjects({"size": [height, width], "counts": counts}, height, width)
     return {"size": [height, width], "counts": rle["counts"]}
-
-
-# Small frames are encoded this many at a time, in one pycocotools call (at most 4 MiB of frames): its per-call cost
-# was over half of each small mask's (300 masks of a 256x256 image: 20 ms one by one, 9 ms 32 at a time).
-ENCODE_BATCH = 32
-
-
-def crop_rles(pieces: Iterable[tuple[tuple[int, int], np.ndarray]], shape: tuple[int, int]) -> list[dict]:
-    """crop_rle of each (origin, crop) of an image, the same RLEs: frames up to SMALL_FRAME_PIXELS ENCODE_BATCH at a
-    time, larger ones one by one by their crops' runs. Holds at most ENCODE_BATCH crops of pieces (an iterator, as
-    iter_instance_masks gives them) at once."""
-    height, width = shape
-    if height * width > SMALL_FRAME_PIXELS:
-        return [crop_rle(origin, crop, shape) for origin, crop in pieces]
-    from pycocotools import mask as mask_utils
-
-    frames = np.zeros((height, width, ENCODE_BATCH), dtype=np.uint8, order="F")
-    rles, remaining = [], iter(pieces)
-    while batch := list(itertools.islice(remaining, ENCODE_BATCH)):
-        for k, ((x, y), crop) in enumerate(batch):
-            frames[y : y + crop.shape[0], x : x + crop.shape[1], k] = crop
-        encoded = mask_utils.encode(frames[:, :, : len(batch)])
-        rles += [{"size": [height, width], "counts": r["counts"]} for r in encoded]
-        for k, ((x, y), crop) in enumerate(batch):
-            frames[y : y + crop.shape[0], x : x + crop.shape[1], k] = 0  # the frames are reused by the next batch
-    return rles
 
 
 def draw_masks(image: np.ndarray, masks: InstanceMasks, colors: list[tuple[int, int, int]], alpha: float = 0.5):
