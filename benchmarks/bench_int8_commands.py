@@ -14,16 +14,13 @@ an export its compiled model in OpenVINO's model cache (`--cold`: no such run; a
 import argparse
 import os
 import re
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_common import REPO
+from bench_common import REPO, run_timed
 
 from utils.torch_utils import idle_cpu_cores, threads_for_idle_cores
 
@@ -40,12 +37,8 @@ class Timed:
 def timed_command(args: list[str]) -> Timed:
     """Run `python args` in the repository; its wall time, the CPU time of it and its waited-for children (test.py's
     loader workers), and its thread count (from its "running N of M threads" line, else all or OMP_NUM_THREADS)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=REPO, check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    wall, cpu, done = run_timed([sys.executable, *args], REPO, capture_output=True, text=True)
+    done.check_returncode()
     fitted = re.search(r"running (\d+) of \d+ threads", done.stdout + done.stderr)
     threads = fitted.group(1) if fitted else os.environ.get("OMP_NUM_THREADS", str(os.cpu_count()))
     return Timed(wall, cpu, threads)

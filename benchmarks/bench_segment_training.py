@@ -17,19 +17,17 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_common import REPO
+from bench_common import REPO, run_timed
 from bench_inference import cpu_isa_flags
 
-from utils.eval.benchmark import _cpu_name
+from utils.torch_utils import cpu_name
 
 MODEL = {"ultralytics": "yolo11n-seg", "yolov5": "yolov5n-seg"}  # the pair each peer trains
 
@@ -70,15 +68,11 @@ def train_command(side: str, args: argparse.Namespace, data: Path, run: Path) ->
 
 def timed(command: list[str], cwd: Path, log: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of command in cwd, its output into log; CPU is user + sys of it and its children."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
     with log.open("w") as out:
-        done = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall, cpu, done = run_timed(command, cwd, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode:
         raise SystemExit(f"ERROR: {command[1]} failed ({done.returncode}), see {log}")
-    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu
 
 
 def score(best: Path, data: Path, args: argparse.Namespace, out: Path) -> tuple[float, float]:
@@ -125,7 +119,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.peer == "yolov5" and not args.yolov5_repo:
         parser.error("--peer yolov5 needs --yolov5-repo")
-    print(f"CPU: {_cpu_name()}, {os.cpu_count()} cores, {cpu_isa_flags()}; model {MODEL[args.peer]}", flush=True)
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, {cpu_isa_flags()}; model {MODEL[args.peer]}", flush=True)
     with contextlib.ExitStack() as stack:
         out = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         out.mkdir(parents=True, exist_ok=not args.keep)  # --keep: absent, so nothing of the user's is written into

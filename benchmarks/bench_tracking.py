@@ -17,13 +17,13 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import time
 
 import numpy as np
 import torch
 from bench_common import _stats
 
+from utils.torch_utils import cpu_name
 from utils.track.bot_sort import create_tracker
 from utils.track.config import load_tracker_config
 from utils.track.gmc import CameraMotion
@@ -155,16 +155,6 @@ def bench_embedding(frames: int, repeats: int, n_detections: int = 50) -> dict:
     return {"what": "embedding", "forward_ms": _stats(plain), "extra_ms": _stats(extra), "pooled_ms": _stats(pooled)}
 
 
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -179,7 +169,7 @@ def main() -> None:
     embedding = bench_embedding(args.embed_frames, args.repeats) if args.embed_frames > 0 else None
     for width, height in ((640, 360), (1920, 1080)) if args.gmc_frames > 0 else ():
         rows += [bench_gmc(width, height, m, args.gmc_frames, args.repeats) for m in ("sparseOptFlow", "orb", "ecc")]
-    print(f"CPU: {_cpu_name()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"CPU: {cpu_name()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print("| what | wall ms/frame min | median | CPU ms/frame min | median |\n|---|---|---|---|---|")
     for row in rows:
         what = (

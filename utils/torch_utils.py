@@ -4,6 +4,7 @@ import contextlib
 import ctypes
 import math
 import os
+import platform
 import random
 import time
 from copy import deepcopy
@@ -162,6 +163,17 @@ def prepare_for_inference(model: nn.Module, device: torch.device, half: bool | N
         model.to(memory_format=torch.channels_last)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
     return model, half, autocast, channels_last
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else the platform's word for it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def cpu_supports_bf16() -> bool:

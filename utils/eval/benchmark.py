@@ -11,7 +11,6 @@ number of threads (detect.py's process gets OMP_NUM_THREADS), so the rows compar
 """
 
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from utils.eval.validate_weights import run as validate_weights
 from utils.files import REPO_ROOT, reserve_run_dir
 from utils.infer.predict import PredictOptions, Predictor
 from utils.log import LOGGER
-from utils.torch_utils import select_device
+from utils.torch_utils import cpu_name, select_device
 
 PYTORCH = "pytorch"  # the row of the weights themselves
 DETECT_TIMEOUT_S = 3600
@@ -230,16 +229,5 @@ def _context(bench: _Bench, images: int) -> list[str]:
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
     return [
         f"weights {bench.weights.name}, data {o.data} ({images} val images), image size {size}, batch {o.batch_size}",
-        f"device {bench.device}, {bench.threads} torch threads, CPU {_cpu_name()}, load average {load} at the end",
+        f"device {bench.device}, {bench.threads} torch threads, CPU {cpu_name()}, load average {load} at the end",
     ]
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), else the platform's word for it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
