@@ -11,8 +11,15 @@ from pycocotools import mask as mask_utils
 from utils.errors import MetricsError
 from utils.eval.coco_io import pycocotools_stats
 from utils.eval.evaluator import CocoEvaluator
-from utils.eval.segm import label_segmentations, rle_area, segmentation_rle
-from utils.infer.masks import crop_rle, instance_masks, letterbox_mapping
+from utils.eval.segm import (
+    detections_meeting,
+    label_segmentations,
+    rle_area,
+    rle_crops,
+    same_class_ious,
+    segmentation_rle,
+)
+from utils.infer.masks import crop_rle, instance_masks, letterbox_mapping, pixel_bounds
 
 
 @pytest.mark.parametrize("small_frames", [0, 2**17])  # 0: every frame by the runs of its crop
@@ -51,8 +58,9 @@ def _detection(rng, polygon: np.ndarray, shape) -> tuple[np.ndarray, tuple[int, 
     return np.array([x1, y1, x2, y2]), origin, crop.astype(bool)
 
 
-def _fill_evaluator(evaluator: CocoEvaluator, rng, crowd_every: int = 0) -> None:
-    """Eight images of three classes: polygons (and crowd RLEs), matching detections and false ones."""
+def _fill_evaluator(evaluator: CocoEvaluator, rng, crowd_every: int = 0, only_meeting: bool = False) -> None:
+    """Eight images of three classes: polygons (and crowd RLEs), matching detections and false ones; only_meeting:
+    the masks given are only those of the detections that detections_meeting picks, as validation gives them."""
     for image_id in range(1, 9):
         shape = (int(rng.integers(60, 120)), int(rng.integers(60, 140)))
         height, width = shape
@@ -76,18 +84,23 @@ def _fill_evaluator(evaluator: CocoEvaluator, rng, crowd_every: int = 0) -> None
         dets = [_detection(rng, p, shape) for p in polygons if rng.random() < 0.8]
         dets += [_detection(rng, _polygon(rng, width / 2, height / 2, 10), shape) for _ in range(2)]
         det_cls = np.r_[gt_cls[: len(dets) - 2], rng.integers(0, 3, 2)]
+        det_boxes = np.array([d[0] for d in dets]).reshape(-1, 4)
         evaluator.add(
             image_id,
             boxes,
             gt_cls,
-            np.array([d[0] for d in dets]).reshape(-1, 4),
+            det_boxes,
             rng.uniform(0.01, 1.0, len(dets)),
             det_cls,
             gt_areas=rle_area(gt_rles),
             gt_crowd=crowd,
             shape=shape,
         )
-        evaluator.add_masks(gt_rles, [crop_rle(o, c, shape) for _, o, c in dets], segmentations)
+        gt_masks = rle_crops(gt_rles)
+        given = np.arange(len(dets))
+        if only_meeting:
+            given = detections_meeting(pixel_bounds(det_boxes, height, width), det_cls, gt_masks, gt_cls)
+        evaluator.add_masks(gt_masks, ((i, dets[i][1:]) for i in given.tolist()), segmentations)
 
 
 @pytest.mark.parametrize("crowd_every", [0, 3])
@@ -104,11 +117,43 @@ def test_mask_metrics_equal_pycocotools_segm_on_the_written_files(crowd_every):
     assert masks.instances.sum() == boxes.instances.sum() and 0 < masks.mp <= 1
 
 
-def test_masks_are_kept_only_when_asked():
-    evaluator = CocoEvaluator(["a", "b", "c"])
-    _fill_evaluator(evaluator, np.random.default_rng(5))
-    assert evaluator.evaluate_masks().stats[0] > 0
-    assert not any("segmentation" in p for p in evaluator.predictions())
+@pytest.mark.parametrize("crowd_every", [0, 3])
+def test_the_masks_of_detections_meeting_the_ground_truth_give_every_mask_s_numbers(crowd_every):
+    every, meeting = CocoEvaluator(["a", "b", "c"]), CocoEvaluator(["a", "b", "c"])
+    _fill_evaluator(every, np.random.default_rng(crowd_every), crowd_every)
+    _fill_evaluator(meeting, np.random.default_rng(crowd_every), crowd_every, only_meeting=True)
+    assert 0.05 < every.evaluate_masks().stats[0] < 0.95
+    assert np.array_equal(every.evaluate_masks().stats, meeting.evaluate_masks().stats)
+    assert not any("segmentation" in p for p in every.predictions())  # masks are kept only when asked
+
+
+def test_kept_masks_need_every_detection():
+    evaluator = CocoEvaluator(["a"], keep_masks=True)
+    evaluator.add(1, np.zeros((0, 4)), [], np.array([[1.0, 1.0, 4.0, 4.0]]), [0.5], [0], shape=(10, 10))
+    with pytest.raises(ValueError, match="every detection"):
+        evaluator.add_masks([], iter(()))
+
+
+def test_pixel_ious_equal_pycocotools_mask_iou():
+    """Random crops in small frames (empty ones, ones that do not meet, crowd regions): same_class_ious' IoUs equal
+    pycocotools' mask.iou on the crops' RLEs, pair for pair, and every pair it leaves out has IoU 0 there."""
+    rng = np.random.default_rng(3)
+
+    def crop(shape):
+        x, y = int(rng.integers(0, shape[1])), int(rng.integers(0, shape[0]))
+        h, w = int(rng.integers(0, shape[0] - y + 1)), int(rng.integers(0, shape[1] - x + 1))
+        return (x, y), rng.random((h, w)) < rng.uniform(0.2, 1.0)
+
+    for trial in range(60):
+        shape = (int(rng.integers(5, 30)), int(rng.integers(5, 30)))
+        dets, gts = [crop(shape) for _ in range(6)], [crop(shape) for _ in range(4)]
+        det_rles, gt_rles = [crop_rle(o, c, shape) for o, c in dets], [crop_rle(o, c, shape) for o, c in gts]
+        crowd = rng.random(4) < 0.3
+        expected = np.asarray(mask_utils.iou(det_rles, gt_rles, crowd.astype(np.uint8))).reshape(6, 4)
+        d, g, iou = same_class_ious(enumerate(dets), np.zeros(6), rle_crops(gt_rles), np.zeros(4), crowd)
+        found = np.zeros((6, 4))
+        found[d, g] = iou
+        assert np.array_equal(found, expected), trial
 
 
 def test_evaluate_masks_needs_every_image_masked():
@@ -157,3 +202,10 @@ def test_a_dataset_letterbox_maps_masks_as_the_centred_one_when_they_agree():
     assert centred.origins == moved.origins and not all(
         np.array_equal(a, b) for a, b in zip(centred.crops, moved.crops)
     )
+
+
+def test_detections_meet_a_same_class_mask_rectangle_by_a_shared_pixel():
+    gt_masks = [((5, 2), np.ones((3, 4), bool)), ((0, 20), np.zeros((0, 0), bool))]  # x 5..8, y 2..4; an empty one
+    det_bounds = np.array([[0, 0, 5, 9], [0, 0, 6, 3], [8, 4, 12, 9], [9, 0, 12, 9], [0, 0, 6, 3], [0, 19, 30, 30]])
+    det_cls = np.array([0, 0, 0, 0, 1, 0])
+    assert detections_meeting(det_bounds, det_cls, gt_masks, [0, 0]).tolist() == [1, 2]

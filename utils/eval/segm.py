@@ -3,15 +3,21 @@ rasterises it (its frPyObjects on the polygons, merged per object; crowd RLEs as
 as a COCO RLE at the original resolution, and the mask IoUs of one image's same-class pairs (pycocotools' mask.iou:
 a crowd region divides by the detection's area, as COCO does).
 
-Memory: a detection's mask exists only as its box's boolean crop, one at a time, then as its RLE (a few hundred
-bytes); the evaluator keeps the pairs' IoUs, and the RLEs only when predictions.json is written. Peak memory per
-image is one box's crop and float logits (at most 5 bytes per pixel of the largest box), whatever the number of
-detections; over a run it grows with the number of same-class (detection, ground truth) pairs (16 bytes each).
+The mask IoUs are counted on the pixels (the detection's crop against the ground truth's, where their rectangles
+meet), the numbers pycocotools' mask.iou gives on their RLEs; a detection's RLE is made only when predictions.json
+is to be written.
+
+Memory: a detection's mask exists only as its box's boolean crop, one at a time (then as its RLE, a few hundred
+bytes, when kept); the ground truth as the crops of its masks' bounding boxes. Peak memory per image is one box's
+crop and float logits (at most 5 bytes per pixel of the largest box) and one decoded ground-truth frame, whatever
+the number of detections; over a run it grows with the number of same-class (detection, ground truth) pairs whose
+masks meet (16 bytes each).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -88,20 +94,60 @@ def label_segmentations(segments: list[np.ndarray] | None, boxes: np.ndarray, sh
     return out
 
 
-def same_class_ious(det_rles: list[dict], det_cls, gt_rles: list[dict], gt_cls, gt_crowd) -> tuple[np.ndarray, ...]:
-    """Mask IoU of every (detection, ground truth) pair of one image sharing a class: (det index, gt index, IoU),
-    with pycocotools' mask.iou (crowd regions: intersection over the detection's area)."""
-    det_cls, gt_cls = np.asarray(det_cls, np.int64), np.asarray(gt_cls, np.int64)
-    gt_crowd = np.asarray(gt_crowd, bool)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for c in np.intersect1d(det_cls, gt_cls).tolist():
-        d, g = np.flatnonzero(det_cls == c), np.flatnonzero(gt_cls == c)
-        iou = _mask_utils().iou([det_rles[i] for i in d], [gt_rles[j] for j in g], gt_crowd[g].astype(np.uint8))
-        iou = np.asarray(iou, np.float64).reshape(len(d), len(g))
-        parts.append((np.repeat(d, len(g)), np.tile(g, len(d)), iou.reshape(-1)))
-    if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-    return tuple(np.concatenate(p) for p in zip(*parts))
+def rle_crops(rles: list[dict]) -> list[tuple[tuple[int, int], np.ndarray]]:
+    """Each RLE as (origin (x, y), boolean crop of its bounding box): the mask decoded one frame at a time (an
+    empty mask is a 0x0 crop at the origin)."""
+    mask_utils, crops = _mask_utils(), []
+    for rle in rles:
+        x, y, w, h = (int(v) for v in mask_utils.toBbox(rle))
+        crops.append(((x, y), mask_utils.decode(rle)[y : y + h, x : x + w].astype(bool)))
+    return crops
+
+
+def _overlap(a: tuple, b: tuple) -> tuple[slice, slice, slice, slice] | None:
+    """The rows and columns of crop a and of crop b (each (origin, crop)) that cover the same image pixels; None
+    where the two rectangles do not meet."""
+    ((ax, ay), a_crop), ((bx, by), b_crop) = a, b
+    x0, y0 = max(ax, bx), max(ay, by)
+    x1, y1 = min(ax + a_crop.shape[1], bx + b_crop.shape[1]), min(ay + a_crop.shape[0], by + b_crop.shape[0])
+    if x1 <= x0 or y1 <= y0:
+        return None
+    return slice(y0 - ay, y1 - ay), slice(x0 - ax, x1 - ax), slice(y0 - by, y1 - by), slice(x0 - bx, x1 - bx)
+
+
+def detections_meeting(det_bounds: np.ndarray, det_cls, gt_masks: list, gt_cls) -> np.ndarray:
+    """Indices of the detections whose pixel rectangles ((n, 4) x1, y1, x2, y2, exclusive ends) meet the rectangle
+    of a same-class ground-truth mask: only these can have a mask IoU above 0."""
+    gt = np.array([(x, y, x + c.shape[1], y + c.shape[0]) for (x, y), c in gt_masks], np.int64).reshape(-1, 4)
+    det = np.asarray(det_bounds, np.int64).reshape(-1, 4)
+    meet = np.asarray(det_cls, np.int64)[:, None] == np.asarray(gt_cls, np.int64)[None]
+    meet &= (det[:, None, 0] < gt[None, :, 2]) & (gt[None, :, 0] < det[:, None, 2])
+    meet &= (det[:, None, 1] < gt[None, :, 3]) & (gt[None, :, 1] < det[:, None, 3])
+    return np.flatnonzero(meet.any(1))
+
+
+def same_class_ious(det_masks: Iterable, det_cls, gt_masks: list, gt_cls, gt_crowd) -> tuple[np.ndarray, ...]:
+    """Mask IoU of one image's same-class (detection, ground truth) pairs whose masks meet: (det index, gt index,
+    IoU). det_masks gives (detection index, (origin, crop)) pairs, taken one at a time; gt_masks lists the ground
+    truth's (origin, crop). A detection left out, like a pair left out, has IoU 0. pycocotools' mask.iou from the
+    pixels: intersection over union, and over the detection's area for a crowd region (the same integer counts,
+    the same division)."""
+    det_cls, gt_cls, gt_crowd = np.asarray(det_cls, np.int64), np.asarray(gt_cls, np.int64), np.asarray(gt_crowd, bool)
+    gt_area = [int(np.count_nonzero(crop)) for _, crop in gt_masks]
+    d_out, g_out, iou_out = [], [], []
+    for d, det in det_masks:
+        det_area = None
+        for g in np.flatnonzero(gt_cls == det_cls[d]).tolist():
+            overlap = _overlap(det, gt_masks[g])
+            if overlap is None:
+                continue
+            det_rows, det_columns, gt_rows, gt_columns = overlap
+            inter = int(np.count_nonzero(det[1][det_rows, det_columns] & gt_masks[g][1][gt_rows, gt_columns]))
+            if inter:
+                det_area = int(np.count_nonzero(det[1])) if det_area is None else det_area
+                union = det_area if gt_crowd[g] else det_area + gt_area[g] - inter
+                d_out.append(d), g_out.append(g), iou_out.append(inter / union)
+    return np.asarray(d_out, np.int64), np.asarray(g_out, np.int64), np.asarray(iou_out, np.float64)
 
 
 class PairIous:

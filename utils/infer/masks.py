@@ -90,7 +90,7 @@ def _box_logits(protos: np.ndarray, coefficients: np.ndarray, rows, columns) -> 
     return across[y0 - lo_y] * (1 - wy)[:, None] + across[y1 - lo_y] * wy[:, None]
 
 
-def _pixel_bounds(boxes: np.ndarray, height: int, width: int) -> np.ndarray:
+def pixel_bounds(boxes: np.ndarray, height: int, width: int) -> np.ndarray:
     """(n, 4) int x1, y1, x2, y2 of the pixels whose centres lie inside each box (x + 0.5 in [x1, x2)), clipped to
     the image."""
     bounds = np.ceil(np.asarray(boxes, dtype=np.float64)[:, :4] - 0.5)
@@ -118,7 +118,7 @@ def iter_instance_masks(
     # these small array operations had cost more than the box's logits (validation makes up to 300 masks an image).
     columns = _sampling(np.arange(width, dtype=np.float64), scale_x, offset_x, w)
     rows = _sampling(np.arange(height, dtype=np.float64), scale_y, offset_y, h)
-    for (x1, y1, x2, y2), coefficient in zip(_pixel_bounds(boxes, height, width).tolist(), coefficients):
+    for (x1, y1, x2, y2), coefficient in zip(pixel_bounds(boxes, height, width).tolist(), coefficients):
         if x2 <= x1 or y2 <= y1:
             yield (x1, y1), np.zeros((max(y2 - y1, 0), max(x2 - x1, 0)), dtype=bool)
             continue
