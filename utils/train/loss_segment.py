@@ -30,12 +30,32 @@ def crop_to_boxes(values: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     return values * (inside_y[:, :, None] & inside_x[:, None, :])
 
 
+def box_windows(boxes: torch.Tensor, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A window of the map around each box (n, 4) xyxy in map pixels, all of one size, the largest box's (cells
+    whose index is inside, as crop_to_boxes counts them): (n, rows x columns) flat indices into the (h, w) map and
+    whether each is inside its box. A window starts at its box's first inside cell, moved back where it would pass
+    the map's edge."""
+    size = torch.tensor([w, h], device=boxes.device, dtype=boxes.dtype)
+    first = boxes[:, :2].ceil().clamp(min=0)  # first inside column, row
+    extent = (torch.minimum(boxes[:, 2:].ceil(), size) - first).clamp(min=0)
+    columns, rows = (max(int(extent[:, k].max()), 1) if len(boxes) else 1 for k in (0, 1))
+    start = torch.minimum(first, size - torch.tensor([columns, rows], device=boxes.device)).long()
+    x = start[:, 0, None] + torch.arange(columns, device=boxes.device)  # (n, columns)
+    y = start[:, 1, None] + torch.arange(rows, device=boxes.device)  # (n, rows)
+    inside_x = (x >= boxes[:, 0, None]) & (x < boxes[:, 2, None])
+    inside_y = (y >= boxes[:, 1, None]) & (y < boxes[:, 3, None])
+    index = (y[:, :, None] * w + x[:, None, :]).flatten(1)
+    return index, (inside_y[:, :, None] & inside_x[:, None, :]).flatten(1)
+
+
 def object_mask_losses(
     coefficients: torch.Tensor, protos: torch.Tensor, images: torch.Tensor, boxes: torch.Tensor, gt: torch.Tensor
 ) -> torch.Tensor:
     """The mask loss of each matched prediction (n,): coefficients (n, nm) of predictions in images (n,) of protos
     (B, nm, h, w); boxes (n, 4) their objects' xyxy as fractions of the image; gt (n, h, w) their objects' masks.
-    One image at a time, so at most one image's objects' full maps are held at once."""
+    One image at a time, so at most one image's objects' full maps are held at once. The BCE is taken only in a
+    window around each box (box_windows): the pixels outside a box count zero, and on the shapes set at 256 the
+    whole maps' BCE had been a tenth of a training step."""
     h, w = protos.shape[2:]
     scale = torch.tensor([w, h, w, h], device=boxes.device, dtype=torch.float32)
     mask_boxes = boxes.float() * scale
@@ -43,9 +63,11 @@ def object_mask_losses(
     losses = torch.zeros(len(images), device=protos.device, dtype=torch.float32)
     for image in images.unique().tolist():
         rows = (images == image).nonzero().squeeze(1)
-        logits = (coefficients[rows].float() @ protos[image].float().flatten(1)).view(-1, h, w)
-        bce = F.binary_cross_entropy_with_logits(logits, gt[rows].float(), reduction="none")
-        losses = losses.index_put((rows,), crop_to_boxes(bce, mask_boxes[rows]).mean((1, 2)) / areas[rows])
+        logits = coefficients[rows].float() @ protos[image].float().flatten(1)  # (k, h * w)
+        index, inside = box_windows(mask_boxes[rows], h, w)
+        targets = gt[rows].float().flatten(1).gather(1, index)
+        bce = F.binary_cross_entropy_with_logits(logits.gather(1, index), targets, reduction="none")
+        losses = losses.index_put((rows,), (bce * inside).sum(1) / (h * w) / areas[rows])
     return losses
 
 
