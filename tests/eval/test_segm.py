@@ -12,10 +12,10 @@ from utils.errors import MetricsError
 from utils.eval.coco_io import pycocotools_stats
 from utils.eval.evaluator import CocoEvaluator
 from utils.eval.segm import (
-    detections_meeting,
+    GroundTruthMasks,
+    detections_that_can_match,
     label_segmentations,
     rle_area,
-    rle_crops,
     same_class_ious,
     segmentation_rle,
 )
@@ -96,10 +96,10 @@ def _fill_evaluator(evaluator: CocoEvaluator, rng, crowd_every: int = 0, only_me
             gt_crowd=crowd,
             shape=shape,
         )
-        gt_masks = rle_crops(gt_rles)
+        gt_masks = GroundTruthMasks(gt_rles)
         given = np.arange(len(dets))
         if only_meeting:
-            given = detections_meeting(pixel_bounds(det_boxes, height, width), det_cls, gt_masks, gt_cls)
+            given = detections_that_can_match(pixel_bounds(det_boxes, height, width), det_cls, gt_masks, gt_cls, crowd)
         evaluator.add_masks(gt_masks, ((i, dets[i][1:]) for i in given.tolist()), segmentations)
 
 
@@ -131,12 +131,14 @@ def test_kept_masks_need_every_detection():
     evaluator = CocoEvaluator(["a"], keep_masks=True)
     evaluator.add(1, np.zeros((0, 4)), [], np.array([[1.0, 1.0, 4.0, 4.0]]), [0.5], [0], shape=(10, 10))
     with pytest.raises(ValueError, match="every detection"):
-        evaluator.add_masks([], iter(()))
+        evaluator.add_masks(GroundTruthMasks([]), iter(()))
 
 
-def test_pixel_ious_equal_pycocotools_mask_iou():
+@pytest.mark.parametrize("kept_bytes", [0, 2**28])  # 0: every ground-truth crop decoded again when it is needed
+def test_pixel_ious_equal_pycocotools_mask_iou(monkeypatch, kept_bytes):
     """Random crops in small frames (empty ones, ones that do not meet, crowd regions): same_class_ious' IoUs equal
     pycocotools' mask.iou on the crops' RLEs, pair for pair, and every pair it leaves out has IoU 0 there."""
+    monkeypatch.setattr("utils.eval.segm.GT_CROP_BYTES", kept_bytes)
     rng = np.random.default_rng(3)
 
     def crop(shape):
@@ -150,10 +152,12 @@ def test_pixel_ious_equal_pycocotools_mask_iou():
         det_rles, gt_rles = [crop_rle(o, c, shape) for o, c in dets], [crop_rle(o, c, shape) for o, c in gts]
         crowd = rng.random(4) < 0.3
         expected = np.asarray(mask_utils.iou(det_rles, gt_rles, crowd.astype(np.uint8))).reshape(6, 4)
-        d, g, iou = same_class_ious(enumerate(dets), np.zeros(6), rle_crops(gt_rles), np.zeros(4), crowd)
+        gt_masks = GroundTruthMasks(gt_rles)
+        d, g, iou = same_class_ious(enumerate(dets), np.zeros(6), gt_masks, np.zeros(4), crowd)
         found = np.zeros((6, 4))
         found[d, g] = iou
         assert np.array_equal(found, expected), trial
+        assert not gt_masks._crops if kept_bytes == 0 else set(g.tolist()) <= set(gt_masks._crops), trial
 
 
 def test_evaluate_masks_needs_every_image_masked():
@@ -204,8 +208,13 @@ def test_a_dataset_letterbox_maps_masks_as_the_centred_one_when_they_agree():
     )
 
 
-def test_detections_meet_a_same_class_mask_rectangle_by_a_shared_pixel():
-    gt_masks = [((5, 2), np.ones((3, 4), bool)), ((0, 20), np.zeros((0, 0), bool))]  # x 5..8, y 2..4; an empty one
-    det_bounds = np.array([[0, 0, 5, 9], [0, 0, 6, 3], [8, 4, 12, 9], [9, 0, 12, 9], [0, 0, 6, 3], [0, 19, 30, 30]])
-    det_cls = np.array([0, 0, 0, 0, 1, 0])
-    assert detections_meeting(det_bounds, det_cls, gt_masks, [0, 0]).tolist() == [1, 2]
+def test_a_detection_can_match_when_its_box_holds_half_a_mask_of_its_class_or_meets_a_crowd_region():
+    full = np.zeros((30, 30), np.uint8, order="F")
+    full[2:6, 5:10] = 1  # 20 pixels: x 5..9, y 2..5
+    gt_masks = GroundTruthMasks([mask_utils.encode(full)] * 2 + [mask_utils.encode(np.zeros_like(full))])
+    det_bounds = np.array(
+        [[0, 0, 8, 9], [0, 0, 7, 9], [0, 0, 10, 4], [7, 3, 12, 9], [0, 0, 6, 9], [0, 0, 5, 9], [0, 0, 30, 30]]
+    )  # x 5..7 (12 of 20), x 5..6 (8), y 2..3 (10: half), x 7..9 y 3..5 (9); crowd: x 5, x < 5; the empty mask
+    det_cls = np.array([0, 0, 0, 0, 1, 1, 2])
+    found = detections_that_can_match(det_bounds, det_cls, gt_masks, [0, 1, 2], [False, True, False])
+    assert found.tolist() == [0, 2, 4]

@@ -11,7 +11,7 @@ import numpy as np
 from utils.eval.coco_protocol import as_numpy, evaluate_arrays
 from utils.eval.matching import Boxes, box_set
 from utils.eval.metrics import DetectionMetrics
-from utils.eval.segm import PairIous, rle_json, same_class_ious
+from utils.eval.segm import GroundTruthMasks, PairIous, rle_json, same_class_ious
 from utils.infer.masks import crop_rle
 
 # Detections are stored as a COCO results JSON stores them (YOLOv5's rounding), so the in-memory numbers
@@ -82,9 +82,9 @@ class CocoEvaluator:
         dt["score"].append(as_numpy(det_scores).reshape(n_det))
         self._n_gt, self._n_dt = self._n_gt + n_gt, self._n_dt + n_det
 
-    def add_masks(self, gt_masks: list, det_masks: Iterable, gt_segmentations: list | None = None) -> None:
-        """The masks of the image added last: gt_masks one (origin (x, y), boolean crop) per ground truth in add()'s
-        order (utils.eval.segm.rle_crops of their RLEs); det_masks (detection index, (origin, crop)) pairs, taken one
+    def add_masks(self, gt_masks: GroundTruthMasks, det_masks: Iterable, gt_segmentations: list | None = None) -> None:
+        """The masks of the image added last: gt_masks those of its ground truth (their RLEs), in add()'s order;
+        det_masks (detection index, (origin, crop)) pairs, taken one
         at a time: a detection left out has mask IoU 0 with every ground truth (its box meets none of its class),
         and with keep_masks every detection must be given. gt_segmentations: the ground truth's COCO
         segmentations, for ground_truth()."""

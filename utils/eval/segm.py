@@ -94,58 +94,89 @@ def label_segmentations(segments: list[np.ndarray] | None, boxes: np.ndarray, sh
     return out
 
 
-def rle_crops(rles: list[dict]) -> list[tuple[tuple[int, int], np.ndarray]]:
-    """Each RLE as (origin (x, y), boolean crop of its bounding box): the mask decoded one frame at a time (an
-    empty mask is a 0x0 crop at the origin)."""
-    mask_utils, crops = _mask_utils(), []
-    for rle in rles:
-        x, y, w, h = (int(v) for v in mask_utils.toBbox(rle))
-        crops.append(((x, y), mask_utils.decode(rle)[y : y + h, x : x + w].astype(bool)))
-    return crops
+# The decoded ground-truth crops one image keeps for reuse: beyond this, a crop is decoded again each time it is
+# needed (a hostile label file may hold many full-frame polygons; COCO images hold a few frames' worth at most).
+GT_CROP_BYTES = 1 << 28
+
+
+class GroundTruthMasks:
+    """One image's ground-truth masks: their RLEs, the rectangles (x, y, width, height) of their pixels and their
+    areas (read from the RLEs), and each mask as the boolean crop of its rectangle, decoded when first asked for."""
+
+    def __init__(self, rles: list[dict]):
+        mask_utils = _mask_utils()
+        self.rles = rles
+        self.rectangles = np.asarray(mask_utils.toBbox(rles) if rles else np.zeros((0, 4)), np.int64).reshape(-1, 4)
+        self.areas = np.asarray(mask_utils.area(rles) if rles else [], np.int64).reshape(-1)
+        self._crops: dict[int, np.ndarray] = {}
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.rles)
+
+    def crop(self, g: int) -> np.ndarray:
+        """Mask g inside its rectangle (a frame decoded at a time; kept while the image's crops fit GT_CROP_BYTES)."""
+        if g in self._crops:
+            return self._crops[g]
+        x, y, w, h = self.rectangles[g].tolist()
+        crop = _mask_utils().decode(self.rles[g])[y : y + h, x : x + w].astype(bool)
+        if self._bytes + crop.nbytes <= GT_CROP_BYTES:
+            self._crops[g], self._bytes = crop, self._bytes + crop.nbytes
+        return crop
 
 
 def _overlap(a: tuple, b: tuple) -> tuple[slice, slice, slice, slice] | None:
-    """The rows and columns of crop a and of crop b (each (origin, crop)) that cover the same image pixels; None
-    where the two rectangles do not meet."""
-    ((ax, ay), a_crop), ((bx, by), b_crop) = a, b
-    x0, y0 = max(ax, bx), max(ay, by)
-    x1, y1 = min(ax + a_crop.shape[1], bx + b_crop.shape[1]), min(ay + a_crop.shape[0], by + b_crop.shape[0])
+    """The rows and columns of rectangle a and of rectangle b (each x, y, width, height) that cover the same image
+    pixels; None where the two do not meet."""
+    (ax, ay, aw, ah), (bx, by, bw, bh) = a, b
+    x0, y0, x1, y1 = max(ax, bx), max(ay, by), min(ax + aw, bx + bw), min(ay + ah, by + bh)
     if x1 <= x0 or y1 <= y0:
         return None
     return slice(y0 - ay, y1 - ay), slice(x0 - ax, x1 - ax), slice(y0 - by, y1 - by), slice(x0 - bx, x1 - bx)
 
 
-def detections_meeting(det_bounds: np.ndarray, det_cls, gt_masks: list, gt_cls) -> np.ndarray:
-    """Indices of the detections whose pixel rectangles ((n, 4) x1, y1, x2, y2, exclusive ends) meet the rectangle
-    of a same-class ground-truth mask: only these can have a mask IoU above 0."""
-    gt = np.array([(x, y, x + c.shape[1], y + c.shape[0]) for (x, y), c in gt_masks], np.int64).reshape(-1, 4)
+def detections_that_can_match(det_bounds: np.ndarray, det_cls, gt: GroundTruthMasks, gt_cls, gt_crowd) -> np.ndarray:
+    """Indices of the detections whose masks can reach IoU 0.5, COCO's lowest threshold, with a ground truth of their
+    class: the others are never matched (their IoUs count as 0), so their masks need not be made. A detection's mask
+    lies in its pixel rectangle ((n, 4) x1, y1, x2, y2, exclusive ends), so its intersection with a mask is at most
+    that mask's pixels inside the rectangle, and the union at least the mask's area: IoU 0.5 needs half of the mask
+    inside. A crowd region (intersection over the detection's area) only needs the rectangles to meet."""
     det = np.asarray(det_bounds, np.int64).reshape(-1, 4)
-    meet = np.asarray(det_cls, np.int64)[:, None] == np.asarray(gt_cls, np.int64)[None]
-    meet &= (det[:, None, 0] < gt[None, :, 2]) & (gt[None, :, 0] < det[:, None, 2])
-    meet &= (det[:, None, 1] < gt[None, :, 3]) & (gt[None, :, 1] < det[:, None, 3])
-    return np.flatnonzero(meet.any(1))
+    det_cls, gt_cls = np.asarray(det_cls, np.int64), np.asarray(gt_cls, np.int64)
+    can = np.zeros(len(det), bool)
+    for g in range(len(gt)):
+        x, y, w, h = gt.rectangles[g].tolist()
+        x1, x2 = np.clip(det[:, 0] - x, 0, w), np.clip(det[:, 2] - x, 0, w)  # in the mask's rectangle
+        y1, y2 = np.clip(det[:, 1] - y, 0, h), np.clip(det[:, 3] - y, 0, h)
+        meets = (det_cls == gt_cls[g]) & (x1 < x2) & (y1 < y2)
+        if bool(gt_crowd[g]) or not meets.any():
+            can |= meets
+            continue
+        sums = np.zeros((h + 1, w + 1), np.int64)  # sums[r, c]: the mask's pixels above row r and left of column c
+        sums[1:, 1:] = gt.crop(g).cumsum(0, dtype=np.int64).cumsum(1)
+        inside = sums[y2, x2] - sums[y1, x2] - sums[y2, x1] + sums[y1, x1]
+        can |= meets & (2 * inside >= gt.areas[g])
+    return np.flatnonzero(can)
 
 
-def same_class_ious(det_masks: Iterable, det_cls, gt_masks: list, gt_cls, gt_crowd) -> tuple[np.ndarray, ...]:
+def same_class_ious(det_masks: Iterable, det_cls, gt: GroundTruthMasks, gt_cls, gt_crowd) -> tuple[np.ndarray, ...]:
     """Mask IoU of one image's same-class (detection, ground truth) pairs whose masks meet: (det index, gt index,
-    IoU). det_masks gives (detection index, (origin, crop)) pairs, taken one at a time; gt_masks lists the ground
-    truth's (origin, crop). A detection left out, like a pair left out, has IoU 0. pycocotools' mask.iou from the
-    pixels: intersection over union, and over the detection's area for a crowd region (the same integer counts,
-    the same division)."""
+    IoU). det_masks gives (detection index, (origin, crop)) pairs, taken one at a time. A detection left out, like a
+    pair left out, has IoU 0. pycocotools' mask.iou from the pixels: intersection over union, and over the
+    detection's area for a crowd region (the same integer counts, the same division)."""
     det_cls, gt_cls, gt_crowd = np.asarray(det_cls, np.int64), np.asarray(gt_cls, np.int64), np.asarray(gt_crowd, bool)
-    gt_area = [int(np.count_nonzero(crop)) for _, crop in gt_masks]
     d_out, g_out, iou_out = [], [], []
-    for d, det in det_masks:
+    for d, ((x, y), crop) in det_masks:
         det_area = None
         for g in np.flatnonzero(gt_cls == det_cls[d]).tolist():
-            overlap = _overlap(det, gt_masks[g])
+            overlap = _overlap((x, y, crop.shape[1], crop.shape[0]), gt.rectangles[g].tolist())
             if overlap is None:
                 continue
             det_rows, det_columns, gt_rows, gt_columns = overlap
-            inter = int(np.count_nonzero(det[1][det_rows, det_columns] & gt_masks[g][1][gt_rows, gt_columns]))
+            inter = int(np.count_nonzero(crop[det_rows, det_columns] & gt.crop(g)[gt_rows, gt_columns]))
             if inter:
-                det_area = int(np.count_nonzero(det[1])) if det_area is None else det_area
-                union = det_area if gt_crowd[g] else det_area + gt_area[g] - inter
+                det_area = int(np.count_nonzero(crop)) if det_area is None else det_area
+                union = det_area if gt_crowd[g] else det_area + int(gt.areas[g]) - inter
                 d_out.append(d), g_out.append(g), iou_out.append(inter / union)
     return np.asarray(d_out, np.int64), np.asarray(g_out, np.int64), np.asarray(iou_out, np.float64)
 
