@@ -11,7 +11,6 @@ import torch
 from utils.eval.charts import plot_results
 from utils.eval.evaluator import CocoEvaluator
 from utils.eval.metrics import fitness
-from utils.eval.segm import GroundTruthMasks
 from utils.eval.validate import ValidationResult
 from utils.infer.masks import crop_rle
 from utils.train.callbacks import (
@@ -36,7 +35,7 @@ def _validation() -> ValidationResult:
         crop = np.ones((20, 20), bool)
         predicted = crop.copy()
         predicted[:, 10:] = image_id == 1
-        evaluator.add_masks(GroundTruthMasks([crop_rle((10, 5), crop, shape)]), [(0, ((10, 5), predicted))])
+        evaluator.add_masks([crop_rle((10, 5), crop, shape)], {0: crop_rle((10, 5), predicted, shape)})
     boxes, masks = evaluator.evaluate(), evaluator.evaluate_masks()
     return ValidationResult(boxes, (0.1, 0.2, 0.3, 0.4), (1.0, 2.0, 3.0), mask_metrics=masks)
 

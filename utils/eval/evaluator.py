@@ -4,15 +4,14 @@ its predictions and ground truth can be written as COCO JSON.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from utils.eval.coco_protocol import as_numpy, evaluate_arrays
 from utils.eval.matching import Boxes, box_set
 from utils.eval.metrics import DetectionMetrics
-from utils.eval.segm import GroundTruthMasks, PairIous, rle_json, same_class_ious
-from utils.infer.masks import crop_rle
+from utils.eval.segm import PairIous, rle_json, same_class_ious
 
 # Detections are stored as a COCO results JSON stores them (YOLOv5's rounding), so the in-memory numbers
 # equal pycocotools' on the saved predictions file.
@@ -82,34 +81,27 @@ class CocoEvaluator:
         dt["score"].append(as_numpy(det_scores).reshape(n_det))
         self._n_gt, self._n_dt = self._n_gt + n_gt, self._n_dt + n_det
 
-    def add_masks(self, gt_masks: GroundTruthMasks, det_masks: Iterable, gt_segmentations: list | None = None) -> None:
-        """The masks of the image added last: gt_masks those of its ground truth (their RLEs), in add()'s order;
-        det_masks (detection index, (origin, crop)) pairs, taken one
-        at a time: a detection left out has mask IoU 0 with every ground truth (its box meets none of its class),
-        and with keep_masks every detection must be given. gt_segmentations: the ground truth's COCO
-        segmentations, for ground_truth()."""
+    def add_masks(self, gt_rles: list[dict], det_rles: dict, gt_segmentations: list | None = None) -> None:
+        """The masks of the image added last: one COCO RLE per ground truth, in add()'s order, and det_rles mapping
+        detection indices (add()'s order) to theirs: a detection left out has mask IoU 0 with every ground truth
+        (utils.eval.segm.detections_that_can_match), and with keep_masks every detection must be given.
+        gt_segmentations: the ground truth's COCO segmentations, for ground_truth()."""
         image_id = next(reversed(self._images))  # the last added
         gt_cls, det_cls, crowd = self._gt["cls"][-1], self._dt["cls"][-1], self._gt["crowd"][-1]
-        if len(gt_masks) != len(gt_cls):
-            raise ValueError(f"image {image_id}: {len(gt_masks)} masks for {len(gt_cls)} ground truth")
-        gt0, dt0 = self._n_gt - len(gt_cls), self._n_dt - len(det_cls)
-        if self.keep_masks:
-            det_masks = self._kept(det_masks, dt0, self._images[image_id])
-        d, g, iou = same_class_ious(det_masks, det_cls, gt_masks, gt_cls, crowd)
-        if self.keep_masks and any(n not in self._det_rles for n in range(dt0, self._n_dt)):
+        if len(gt_rles) != len(gt_cls) or not set(det_rles) <= set(range(len(det_cls))):
+            raise ValueError(
+                f"image {image_id}: {len(gt_rles)} masks for {len(gt_cls)} ground truth, or unknown detections"
+            )
+        if self.keep_masks and len(det_rles) != len(det_cls):
             raise ValueError(f"image {image_id}: keep_masks needs the mask of every detection")
+        d, g, iou = same_class_ious(det_rles, det_cls, gt_rles, gt_cls, crowd)
+        gt0, dt0 = self._n_gt - len(gt_cls), self._n_dt - len(det_cls)
         self._mask_ious.add(d + dt0, g + gt0, iou)
         self._masked_images.add(image_id)
-        if self.keep_masks and gt_segmentations is not None:
-            self._gt_segmentations.update(zip(range(gt0, self._n_gt), gt_segmentations))
-
-    def _kept(self, det_masks: Iterable, dt0: int, shape: tuple[int, int] | None) -> Iterator:
-        """det_masks passed through, each mask's RLE kept on the way (for predictions())."""
-        if shape is None:
-            raise ValueError("keep_masks needs each image's shape (add(..., shape=))")
-        for d, (origin, crop) in det_masks:
-            self._det_rles[dt0 + d] = crop_rle(origin, crop, shape)
-            yield d, (origin, crop)
+        if self.keep_masks:
+            self._det_rles.update((dt0 + n, rle) for n, rle in det_rles.items())
+            if gt_segmentations is not None:
+                self._gt_segmentations.update(zip(range(gt0, self._n_gt), gt_segmentations))
 
     def _collect(self) -> tuple[np.ndarray, Boxes, Boxes]:
         """Sorted image ids and the flat ground truth and (JSON-rounded) detections."""

@@ -3,21 +3,18 @@ rasterises it (its frPyObjects on the polygons, merged per object; crowd RLEs as
 as a COCO RLE at the original resolution, and the mask IoUs of one image's same-class pairs (pycocotools' mask.iou:
 a crowd region divides by the detection's area, as COCO does).
 
-The mask IoUs are counted on the pixels (the detection's crop against the ground truth's, where their rectangles
-meet), the numbers pycocotools' mask.iou gives on their RLEs; a detection's RLE is made only when predictions.json
-is to be written.
+Only the masks of detections that can be matched (detections_that_can_match) are made and encoded: the others'
+IoUs count as 0. predictions.json wants every detection's.
 
-Memory: a detection's mask exists only as its box's boolean crop, one at a time (then as its RLE, a few hundred
-bytes, when kept); the ground truth as the crops of its masks' bounding boxes. Peak memory per image is one box's
-crop and float logits (at most 5 bytes per pixel of the largest box) and one decoded ground-truth frame, whatever
-the number of detections; over a run it grows with the number of same-class (detection, ground truth) pairs whose
-masks meet (16 bytes each).
+Memory: a detection's mask exists only as its box's boolean crop, one at a time, then as its RLE (a few hundred
+bytes); the evaluator keeps the pairs' IoUs, and the RLEs only when predictions.json is written. Peak memory per
+image is one box's crop and float logits (at most 5 bytes per pixel of the largest box), whatever the number of
+detections; over a run it grows with the number of same-class (detection, ground truth) pairs (16 bytes each).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -31,8 +28,10 @@ def _mask_utils():
 
 
 def rle_area(rles: list[dict]) -> np.ndarray:
-    """Pixel areas of COCO RLEs (float64, as COCO files store areas)."""
-    return np.asarray(_mask_utils().area(rles), np.float64).reshape(len(rles)) if rles else np.zeros(0)
+    """Pixel areas of COCO RLEs (float64, as COCO files store areas). One RLE a call: pycocotools 2.0.11's area() of
+    a list of 256 or more raises OverflowError (it counts them in a uint8) under NumPy 2."""
+    area = _mask_utils().area
+    return np.asarray([area(rle) for rle in rles], np.float64).reshape(len(rles))
 
 
 def rle_json(rle: dict) -> dict:
@@ -94,91 +93,50 @@ def label_segmentations(segments: list[np.ndarray] | None, boxes: np.ndarray, sh
     return out
 
 
-# The decoded ground-truth crops one image keeps for reuse: beyond this, a crop is decoded again each time it is
-# needed (a hostile label file may hold many full-frame polygons; COCO images hold a few frames' worth at most).
-GT_CROP_BYTES = 1 << 28
+def rle_rectangles(rles: list[dict]) -> np.ndarray:
+    """(n, 4) int x1, y1, x2, y2 (exclusive ends) of the pixels of each RLE's mask, read from the runs (pycocotools'
+    toBbox; an empty mask is 0, 0, 0, 0)."""
+    xywh = np.asarray(_mask_utils().toBbox(rles) if rles else np.zeros((0, 4)), np.int64).reshape(-1, 4)
+    return np.concatenate((xywh[:, :2], xywh[:, :2] + xywh[:, 2:]), 1)
 
 
-class GroundTruthMasks:
-    """One image's ground-truth masks: their RLEs, the rectangles (x, y, width, height) of their pixels and their
-    areas (read from the RLEs), and each mask as the boolean crop of its rectangle, decoded when first asked for."""
-
-    def __init__(self, rles: list[dict]):
-        mask_utils = _mask_utils()
-        self.rles = rles
-        self.rectangles = np.asarray(mask_utils.toBbox(rles) if rles else np.zeros((0, 4)), np.int64).reshape(-1, 4)
-        self.areas = np.asarray(mask_utils.area(rles) if rles else [], np.int64).reshape(-1)
-        self._crops: dict[int, np.ndarray] = {}
-        self._bytes = 0
-
-    def __len__(self) -> int:
-        return len(self.rles)
-
-    def crop(self, g: int) -> np.ndarray:
-        """Mask g inside its rectangle (a frame decoded at a time; kept while the image's crops fit GT_CROP_BYTES)."""
-        if g in self._crops:
-            return self._crops[g]
-        x, y, w, h = self.rectangles[g].tolist()
-        crop = _mask_utils().decode(self.rles[g])[y : y + h, x : x + w].astype(bool)
-        if self._bytes + crop.nbytes <= GT_CROP_BYTES:
-            self._crops[g], self._bytes = crop, self._bytes + crop.nbytes
-        return crop
-
-
-def _overlap(a: tuple, b: tuple) -> tuple[slice, slice, slice, slice] | None:
-    """The rows and columns of rectangle a and of rectangle b (each x, y, width, height) that cover the same image
-    pixels; None where the two do not meet."""
-    (ax, ay, aw, ah), (bx, by, bw, bh) = a, b
-    x0, y0, x1, y1 = max(ax, bx), max(ay, by), min(ax + aw, bx + bw), min(ay + ah, by + bh)
-    if x1 <= x0 or y1 <= y0:
-        return None
-    return slice(y0 - ay, y1 - ay), slice(x0 - ax, x1 - ax), slice(y0 - by, y1 - by), slice(x0 - bx, x1 - bx)
-
-
-def detections_that_can_match(det_bounds: np.ndarray, det_cls, gt: GroundTruthMasks, gt_cls, gt_crowd) -> np.ndarray:
+def detections_that_can_match(det_bounds: np.ndarray, det_cls, gt_rles: list[dict], gt_cls, gt_crowd) -> np.ndarray:
     """Indices of the detections whose masks can reach IoU 0.5, COCO's lowest threshold, with a ground truth of their
     class: the others are never matched (their IoUs count as 0), so their masks need not be made. A detection's mask
     lies in its pixel rectangle ((n, 4) x1, y1, x2, y2, exclusive ends), so its intersection with a mask is at most
-    that mask's pixels inside the rectangle, and the union at least the mask's area: IoU 0.5 needs half of the mask
-    inside. A crowd region (intersection over the detection's area) only needs the rectangles to meet."""
-    det = np.asarray(det_bounds, np.int64).reshape(-1, 4)
-    det_cls, gt_cls = np.asarray(det_cls, np.int64), np.asarray(gt_cls, np.int64)
+    where that rectangle meets the mask's own, and the union at least the mask's area: IoU 0.5 needs that overlap to
+    be half the mask's area. A crowd region (intersection over the detection's area) needs the rectangles to meet.
+    From the RLEs' runs alone: nothing is decoded; 4096 ground truths at a time."""
+    det = np.asarray(det_bounds, np.int64).reshape(-1, 4)[:, :, None]  # (n, 4, 1)
+    det_cls, gt_cls, gt_crowd = np.asarray(det_cls, np.int64), np.asarray(gt_cls, np.int64), np.asarray(gt_crowd, bool)
+    gt, gt_area = rle_rectangles(gt_rles), rle_area(gt_rles)
     can = np.zeros(len(det), bool)
-    for g in range(len(gt)):
-        x, y, w, h = gt.rectangles[g].tolist()
-        x1, x2 = np.clip(det[:, 0] - x, 0, w), np.clip(det[:, 2] - x, 0, w)  # in the mask's rectangle
-        y1, y2 = np.clip(det[:, 1] - y, 0, h), np.clip(det[:, 3] - y, 0, h)
-        meets = (det_cls == gt_cls[g]) & (x1 < x2) & (y1 < y2)
-        if bool(gt_crowd[g]) or not meets.any():
-            can |= meets
-            continue
-        sums = np.zeros((h + 1, w + 1), np.int64)  # sums[r, c]: the mask's pixels above row r and left of column c
-        sums[1:, 1:] = gt.crop(g).cumsum(0, dtype=np.int64).cumsum(1)
-        inside = sums[y2, x2] - sums[y1, x2] - sums[y2, x1] + sums[y1, x1]
-        can |= meets & (2 * inside >= gt.areas[g])
+    for start in range(0, len(gt), 4096):
+        x1, y1, x2, y2 = gt[start : start + 4096, :, None].transpose(1, 2, 0)  # each (1, k)
+        width = (np.minimum(det[:, 2], x2) - np.maximum(det[:, 0], x1)).clip(0)
+        overlap = width * (np.minimum(det[:, 3], y2) - np.maximum(det[:, 1], y1)).clip(0)
+        crowd, area = gt_crowd[start : start + 4096], gt_area[start : start + 4096]
+        enough = np.where(crowd, overlap > 0, (overlap > 0) & (2 * overlap >= area))
+        can |= (enough & (det_cls[:, None] == gt_cls[None, start : start + 4096])).any(1)
     return np.flatnonzero(can)
 
 
-def same_class_ious(det_masks: Iterable, det_cls, gt: GroundTruthMasks, gt_cls, gt_crowd) -> tuple[np.ndarray, ...]:
-    """Mask IoU of one image's same-class (detection, ground truth) pairs whose masks meet: (det index, gt index,
-    IoU). det_masks gives (detection index, (origin, crop)) pairs, taken one at a time. A detection left out, like a
-    pair left out, has IoU 0. pycocotools' mask.iou from the pixels: intersection over union, and over the
-    detection's area for a crowd region (the same integer counts, the same division)."""
-    det_cls, gt_cls, gt_crowd = np.asarray(det_cls, np.int64), np.asarray(gt_cls, np.int64), np.asarray(gt_crowd, bool)
-    d_out, g_out, iou_out = [], [], []
-    for d, ((x, y), crop) in det_masks:
-        det_area = None
-        for g in np.flatnonzero(gt_cls == det_cls[d]).tolist():
-            overlap = _overlap((x, y, crop.shape[1], crop.shape[0]), gt.rectangles[g].tolist())
-            if overlap is None:
-                continue
-            det_rows, det_columns, gt_rows, gt_columns = overlap
-            inter = int(np.count_nonzero(crop[det_rows, det_columns] & gt.crop(g)[gt_rows, gt_columns]))
-            if inter:
-                det_area = int(np.count_nonzero(crop)) if det_area is None else det_area
-                union = det_area if gt_crowd[g] else det_area + int(gt.areas[g]) - inter
-                d_out.append(d), g_out.append(g), iou_out.append(inter / union)
-    return np.asarray(d_out, np.int64), np.asarray(g_out, np.int64), np.asarray(iou_out, np.float64)
+def same_class_ious(det_rles: dict, det_cls, gt_rles: list[dict], gt_cls, gt_crowd) -> tuple[np.ndarray, ...]:
+    """Mask IoU of the (detection, ground truth) pairs of one image sharing a class: (det index, gt index, IoU), with
+    pycocotools' mask.iou (crowd regions: intersection over the detection's area). det_rles maps detection indices
+    to their RLEs; a detection left out has IoU 0 with every ground truth."""
+    det_cls, gt_cls = np.asarray(det_cls, np.int64), np.asarray(gt_cls, np.int64)
+    gt_crowd = np.asarray(gt_crowd, bool)
+    given = np.fromiter(det_rles, np.int64, len(det_rles))
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for c in np.intersect1d(det_cls[given], gt_cls).tolist():
+        d, g = given[det_cls[given] == c], np.flatnonzero(gt_cls == c)
+        iou = _mask_utils().iou([det_rles[i] for i in d], [gt_rles[j] for j in g], gt_crowd[g].astype(np.uint8))
+        iou = np.asarray(iou, np.float64).reshape(len(d), len(g))
+        parts.append((np.repeat(d, len(g)), np.tile(g, len(d)), iou.reshape(-1)))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    return tuple(np.concatenate(p) for p in zip(*parts))
 
 
 class PairIous:

@@ -29,8 +29,8 @@ from utils.eval.coco_json import (
 from utils.eval.evaluator import CocoEvaluator
 from utils.eval.metrics import DetectionMetrics, fitness
 from utils.eval.report import TABLE_HEADER, print_report, save_json_and_check
-from utils.eval.segm import GroundTruthMasks, MaskGroundTruth, detections_that_can_match, rle_area
-from utils.infer.masks import iter_instance_masks, pixel_bounds
+from utils.eval.segm import MaskGroundTruth, detections_that_can_match, rle_area
+from utils.infer.masks import crop_rle, iter_instance_masks, pixel_bounds
 from utils.labels import write_yolo_labels
 from utils.log import LOGGER, PROGRESS_BAR, one_line
 from utils.plots import save_batch_plot
@@ -317,7 +317,6 @@ class _Run:
         gt_boxes, gt_classes, areas, crowd = _image_ground_truth(image_id, labels, input_hw, shapes, self.json_gt)
         if protos is not None:
             segmentations, gt_rles = self.mask_gt.image(path, image_id, gt_boxes.numpy(), (int(h0), int(w0)))
-            gt_masks = GroundTruthMasks(gt_rles)
             if self.json_gt is None:  # the labels' areas are their masks', as COCO's annotations give them
                 areas = rle_area(gt_rles)
         boxes, scores, classes = det[:, :4], det[:, 4], det[:, 5]
@@ -325,25 +324,26 @@ class _Run:
             image_id, gt_boxes, gt_classes, boxes, scores, classes, gt_areas=areas, gt_crowd=crowd, shape=(h0, w0)
         )
         if protos is not None:
-            self.add_masks(det, protos, input_hw, shapes, (gt_masks, gt_classes, crowd, segmentations))
+            self.add_masks(det, protos, input_hw, shapes, (gt_rles, gt_classes, crowd, segmentations))
         self.image_hw[path] = (int(h0), int(w0))
         if self.opts.save_txt:
             write_yolo_labels(self.txt_of[path], det[:, :6], (h0, w0), self.opts.save_conf)
 
     def add_masks(self, det: torch.Tensor, protos: torch.Tensor, input_hw, shapes, ground_truth: tuple) -> None:
-        """The image's masks into the evaluator: det (n, 6 + nm) with boxes in original pixels; ground_truth
-        (GroundTruthMasks, classes, crowd flags or None, COCO segmentations). Only the masks of the detections that
-        can be matched are made (the others' IoUs count as 0), unless predictions.json wants every one."""
+        """The image's masks into the evaluator: det (n, 6 + nm) with boxes in original pixels; ground_truth (RLEs,
+        classes, crowd flags or None, COCO segmentations). Only the masks of the detections that can be matched are
+        made (the others' IoUs count as 0), unless predictions.json wants every one."""
         (h0, w0), ratio_pad = shapes
-        shape, (gt_masks, gt_classes, crowd, segmentations) = (int(h0), int(w0)), ground_truth
-        crowd = np.zeros(len(gt_masks), bool) if crowd is None else np.asarray(crowd, bool)
+        shape, (gt_rles, gt_classes, crowd, segmentations) = (int(h0), int(w0)), ground_truth
+        crowd = np.zeros(len(gt_rles), bool) if crowd is None else np.asarray(crowd, bool)
         boxes = det[:, :4].numpy()
         wanted = np.arange(len(det))
         if not self.evaluator.keep_masks:
             bounds = pixel_bounds(boxes, *shape)
-            wanted = detections_that_can_match(bounds, det[:, 5].numpy(), gt_masks, gt_classes, crowd)
+            wanted = detections_that_can_match(bounds, det[:, 5].numpy(), gt_rles, gt_classes, crowd)
         masks = iter_instance_masks(protos.float().cpu(), det[wanted, 6:], boxes[wanted], input_hw, shape, ratio_pad)
-        self.evaluator.add_masks(gt_masks, zip(wanted.tolist(), masks), segmentations)
+        det_rles = {int(i): crop_rle(origin, crop, shape) for i, (origin, crop) in zip(wanted, masks)}
+        self.evaluator.add_masks(gt_rles, det_rles, segmentations)
 
 
 def _image_ground_truth(image_id: int, labels: torch.Tensor, input_hw, shapes: tuple, json_gt):
