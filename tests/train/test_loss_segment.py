@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch.nn import functional as F  # noqa: N812
 
 from models.nn.yolo import Model
 from utils.data.hyp import load_hyp
@@ -68,6 +69,29 @@ def test_zero_coefficients_give_log2_per_object_whatever_its_box():
     gt = torch.randint(0, 2, (3, 8, 8))
     losses = object_mask_losses(torch.zeros(3, 4), protos, torch.tensor([0, 1, 1]), boxes, gt)
     assert torch.allclose(losses, torch.full((3,), math.log(2)), atol=1e-6)
+
+
+def test_the_windowed_mask_loss_equals_the_whole_map_s_cropped_bce():
+    """box_windows' BCE equals the whole map's BCE cropped to the box (crop_to_boxes), averaged over the map and
+    divided by the box's area, in value and gradient: boxes large and small, past the map's edges, and empty."""
+    torch.manual_seed(0)
+    n, h, w = 60, 12, 16
+    images = torch.randint(0, 3, (n,))
+    centres, sizes = torch.rand(n, 2) * 1.4 - 0.2, torch.rand(n, 2) * 0.6
+    sizes[:5] = 0  # empty boxes
+    boxes = torch.cat((centres - sizes / 2, centres + sizes / 2), 1)
+    gt = torch.randint(0, 2, (n, h, w)).float()
+    coefficients, protos = torch.randn(n, 4, requires_grad=True), torch.randn(3, 4, h, w, requires_grad=True)
+    windowed = object_mask_losses(coefficients, protos, images, boxes, gt)
+    gradients = torch.autograd.grad(windowed.sum(), (coefficients, protos))
+    logits = torch.einsum("nc,nchw->nhw", coefficients, protos[images])
+    bce = F.binary_cross_entropy_with_logits(logits, gt, reduction="none")
+    scale = torch.tensor([w, h, w, h])
+    areas = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])).clamp(min=1e-9)
+    whole = crop_to_boxes(bce, boxes * scale).mean((1, 2)) / areas
+    assert torch.allclose(windowed, whole, rtol=1e-5, atol=1e-6) and windowed[:5].eq(0).all()
+    for found, expected in zip(gradients, torch.autograd.grad(whole.sum(), (coefficients, protos))):
+        assert torch.allclose(found, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_perfect_mask_costs_less_than_its_inverse():
