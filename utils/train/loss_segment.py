@@ -65,7 +65,7 @@ def object_mask_losses(
         rows = (images == image).nonzero().squeeze(1)
         logits = coefficients[rows].float() @ protos[image].float().flatten(1)  # (k, h * w)
         index, inside = box_windows(mask_boxes[rows], h, w)
-        targets = gt[rows].float().flatten(1).gather(1, index)
+        targets = gt[rows].flatten(1).gather(1, index).float()  # only the windows converted
         bce = F.binary_cross_entropy_with_logits(logits.gather(1, index), targets, reduction="none")
         losses = losses.index_put((rows,), (bce * inside).sum(1) / (h * w) / areas[rows])
     return losses
