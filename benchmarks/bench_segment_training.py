@@ -5,8 +5,8 @@ which side runs first, each side trains on its own copy of the set (no label cac
 then scored by our test.py, so that both sides' box and mask mAP50-95 come from the same evaluation. Each round prints
 its load, the wall and CPU seconds (user + sys, the command and its children) of each side, their ratios and the
 scores; then the medians. With --seeds, round r trains both sides at seed r (each side's own --seed / seed=), and the
-summary adds each side's mean and standard deviation and the standard error of the mean mask difference: a
-20-epoch run from scratch moves several tenths of mask mAP from one seed to the next.
+summary adds each side's mean and standard deviation of box and mask mAP50-95 and the standard error of each mean
+difference: a 20-epoch run from scratch moves several tenths of mask mAP from one seed to the next.
 
 Neither peer is imported here: each runs in its own environment (--peer-cmd).
 
